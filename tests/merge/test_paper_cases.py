@@ -1,0 +1,109 @@
+"""The paper's own merge examples: Figure 7 (merge 55 + 59 -> 64) and Table 12 (index merge loses
+the retrieval specialist, the aligned merge keeps it)."""
+
+import random
+
+import pytest
+
+from dspy_adaptive.library import Library
+from dspy_adaptive.merge import align, classify_child, index_merge, jaccard_matrix, merge
+
+from tests.merge.builders import const_scores, lib, rows, spec, view
+
+IF, MATH, RET, PRIV = rows("if", 0, 45), rows("m", 0, 45), rows("r", 0, 45), rows("p", 0, 45)
+
+# Parent #55 (base, 68.4): 1 instruction following, 2 math, 3 retrieval, 4 privacy.
+FP55 = {1: IF | rows("p", 0, 3), 2: MATH, 3: RET, 4: rows("p", 3, 45)}
+# Parent #59 (68.3): 1 math, 2 privacy, 3 retrieval, 4 instruction following; the rest used the fallback.
+FP59 = {1: MATH, 2: rows("p", 0, 36), 3: rows("r", 0, 37), 4: rows("if", 0, 44)}
+
+P55 = lib(spec("instruction", "55"), spec("math", "55"), spec("retrieval", "55"), spec("privacy", "55"),
+          router="router of 55")
+P59 = lib(spec("math", "59"), spec("privacy", "59"), spec("retrieval", "59"), spec("instruction", "59"),
+          router="router of 59")
+
+
+def test_figure7_jaccard_matrix():
+    jm = jaccard_matrix(FP55, FP59)
+    expected = [[0.00, 0.04, 0.00, 0.92],
+                [1.00, 0.00, 0.00, 0.00],
+                [0.00, 0.00, 0.82, 0.00],
+                [0.00, 0.73, 0.00, 0.00]]
+    for i in range(4):
+        for j in range(4):
+            assert jm.get(i + 1, j + 1) == pytest.approx(expected[i][j], abs=0.01)
+
+
+def test_figure7_alignment_pairs_roles_not_indices():
+    al = align(FP55, FP59, max_specialists=5, base_active=[1, 2, 3, 4], other_active=[1, 2, 3, 4])
+    assert al.matched == ((1, 4), (2, 1), (3, 3), (4, 2))
+    assert al.mapping == {4: 1, 1: 2, 3: 3, 2: 4}
+    assert not al.placed and not al.competing and not al.dropped
+
+
+def test_figure7_merge_takes_two_pairs_from_each_parent():
+    # Both parents changed every pair since the (empty) ancestor; shared-request scores decide:
+    # 55 is better on instruction following and retrieval, 59 on math and privacy.
+    s55 = {**const_scores(IF, .9), **const_scores(MATH, .3), **const_scores(RET, .7), **const_scores(PRIV, .8)}
+    s59 = {**const_scores(IF, .8), **const_scores(MATH, .4), **const_scores(RET, .6), **const_scores(PRIV, .9)}
+    anc = Library.empty(5, router="seed router")
+    res = merge(anc, view(P55, .684, FP55, s55), view(P59, .683, FP59, s59), rng=random.Random(0))
+    c = res.child
+    assert c.slot(1) == P55.slot(1) and c.slot(3) == P55.slot(3)
+    assert c.slot(2) == P59.slot(1) and c.slot(4) == P59.slot(2)
+    assert c.router == P55.router
+    assert [p.reason for p in res.slots[:4]] == ["conflict_scores"] * 4
+    assert [p.source for p in res.slots[:4]] == ["base", "other", "base", "other"]
+    assert res.provenance(2).from_slot == 1 and res.provenance(2).n_shared == 45
+    assert res.provenance(4).n_shared == 33
+    assert classify_child(c, P55, P59) == "pairs_from_both"
+    # The index merge of the same parents sees four both-changed slots and copies the stronger parent.
+    idx = index_merge(anc, view(P55, .684), view(P59, .683), rng=random.Random(0))
+    assert idx.child == P55
+    assert classify_child(idx.child, P55, P59) == "identical_to_parent"
+
+
+# Table 12: parent 52 (base, 68.7) and parent 66 (67.2). Their ancestor had math in 1, privacy in 2 and
+# retrieval in 3; branch 66 moved retrieval into slot 1 (improved: 73.6 vs 62.8) and math into slot 3.
+ANC = lib(spec("math", "0"), spec("privacy", "0"), spec("retrieval", "0"), router="anc router")
+P52 = lib(spec("math", "52"), spec("privacy", "0"), spec("retrieval", "0"), spec("instruction", "52"),
+          router="router 52")
+P66 = lib(spec("retrieval", "66"), spec("privacy", "66"), spec("math", "66"), spec("instruction", "66"),
+          router="router 66")
+FP52 = {1: MATH, 2: PRIV, 3: RET, 4: IF}
+FP66 = {1: RET, 2: PRIV, 3: MATH, 4: IF}
+S52 = {**const_scores(RET, .628), **const_scores(MATH, .356), **const_scores(PRIV, .865), **const_scores(IF, .899)}
+S66 = {**const_scores(RET, .736), **const_scores(MATH, .333), **const_scores(PRIV, .883), **const_scores(IF, .737)}
+
+
+def has_role(library, role):
+    return any(s.active and role in s.description for s in library.slots)
+
+
+def test_table12_index_merge_loses_retrieval():
+    res = index_merge(ANC, view(P52, .687), view(P66, .672), rng=random.Random(0))
+    c = res.child
+    assert not has_role(c, "retrieval")
+    assert c.slot(1) == P52.slot(1)          # both changed slot 1 -> aggregate rule -> parent 52's math
+    assert c.slot(3) == P66.slot(3)          # 52 kept the ancestor's retrieval, 66 changed -> 66's math
+    assert [p.reason for p in res.slots[:4]] == ["aggregate_rule", "changed_in_other_only",
+                                                 "changed_in_other_only", "aggregate_rule"]
+
+
+def test_table12_aligned_merge_keeps_retrieval():
+    res = merge(ANC, view(P52, .687, FP52, S52), view(P66, .672, FP66, S66), rng=random.Random(0))
+    c = res.child
+    assert res.alignment.matched == ((1, 3), (2, 2), (3, 1), (4, 4))
+    assert c.slot(3) == P66.slot(1)          # 66's improved retrieval, in the base layout's slot 3
+    assert res.provenance(3).reason == "changed_in_other_only"
+    assert c.slot(1) == P52.slot(1)          # math: both changed, 52 better on shared rows
+    assert res.provenance(1).reason == "conflict_scores"
+    assert c.slot(4) == P52.slot(4)          # instruction following: 52 better
+    assert has_role(c, "retrieval") and has_role(c, "math")
+    assert sum(has_role(c, r) for r in ("retrieval", "math", "privacy", "instruction")) == 4
+    # projected per-family score (as in the paper's replay) beats the index child
+    assert S66["r0"] > S52["r0"]
+    # missing footprints -> the index layout is kept and retrieval is lost again
+    fallback = merge(ANC, view(P52, .687, None, S52), view(P66, .672, FP66, S66), rng=random.Random(0))
+    assert fallback.method == "index" and fallback.fallback_reason == "footprint_missing"
+    assert not has_role(fallback.child, "retrieval")
