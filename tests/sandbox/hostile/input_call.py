@@ -1,0 +1,9 @@
+# escape: input() reads stdin
+# expect: rejected
+
+class Solver(dspy.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, canary):
+        return dspy.Prediction(answer=input())

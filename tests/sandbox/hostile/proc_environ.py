@@ -1,0 +1,9 @@
+# escape: read /proc/self/environ
+# expect: rejected
+
+class Solver(dspy.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, canary):
+        return dspy.Prediction(answer=open("/proc/self/environ").read())

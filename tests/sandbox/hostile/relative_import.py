@@ -1,0 +1,10 @@
+# escape: relative import
+# expect: rejected
+from . import policy
+
+class Solver(dspy.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, canary):
+        return dspy.Prediction(answer="x")

@@ -1,0 +1,10 @@
+# escape: star import
+# expect: rejected
+from math import *
+
+class Solver(dspy.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, canary):
+        return dspy.Prediction(answer=str(pi))
