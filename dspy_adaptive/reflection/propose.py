@@ -1,0 +1,177 @@
+"""Reflect step: turn a parent's minibatch records into one proposal (data), via two LM calls.
+
+A malformed answer, an impossible target, or source the sandbox rejects is a *rejected proposal*
+with its reason — never an exception — and the reason is shown to the next reflection on that parent.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import dspy
+
+from dspy_adaptive.data import Row
+from dspy_adaptive.library import Library
+from dspy_adaptive.reflection import signatures as sig
+from dspy_adaptive.reflection.traces import render_slots, render_traces, render_usage
+from dspy_adaptive.sandbox import compile_program
+from dspy_adaptive.search.evaluate import RowResult
+from dspy_adaptive.usage import role
+
+ALLOWED_IMPORTS = "math, re, json, itertools, collections, statistics, fractions, decimal, string, functools, " \
+                  "heapq, datetime, typing"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """The outcome of reflection: a child library, or a rejection reason."""
+
+    action: str | None
+    slot: int | None
+    child: Library | None
+    reason: str | None = None  # set when rejected
+    rationale: str = ""
+
+    @property
+    def rejected(self) -> bool:
+        return self.child is None
+
+
+def program_contract(input_names: Sequence[str], output_names: Sequence[str], tools: Sequence[str]) -> str:
+    args = ", ".join(input_names)
+    outs = ", ".join(f"{o}=..." for o in output_names)
+    tool_text = ("Tools callable as plain functions: " + ", ".join(f"{t}(...)" for t in tools) + ".") if tools \
+        else "No tools are available."
+    return (
+        "Write exactly one class that subclasses dspy.Module (dspy is already available; no other import needed).\n"
+        "- __init__(self) calls super().__init__() and creates predictors, e.g.\n"
+        "  self.solve = dspy.ChainOfThought(\"question -> answer\") or\n"
+        "  self.check = dspy.Predict(\"question, draft -> verdict\", instructions=\"...\").\n"
+        f"- forward(self, {args}) may call predictors (keyword arguments) and plain Python, and must return "
+        f"dspy.Prediction({outs}).\n"
+        f"- Allowed imports: {ALLOWED_IMPORTS}. No files, processes, network, eval/exec, getattr tricks or "
+        "names starting with an underscore: the sandbox rejects them.\n"
+        f"- {tool_text}\n"
+        "Return only the Python source."
+    )
+
+
+def strip_code(text: str) -> str:
+    """The source inside a ```python fence, or the text itself."""
+    m = re.search(r"```(?:python|py)?\s*\n(.*?)```", text or "", re.S)
+    return (m.group(1) if m else (text or "")).strip() + "\n"
+
+
+def _parse_slot(text: Any) -> int | None:
+    m = re.search(r"\d+", str(text or ""))
+    return int(m.group()) if m else None
+
+
+def _check_source(source: str) -> str | None:
+    res = compile_program(source)
+    return None if res.ok else "the new program was rejected by the sandbox: " + "; ".join(res.reasons)
+
+
+class Reflector:
+    """Runs SelectAction then the chosen edit on the reflection LM."""
+
+    def __init__(self, reflection_lm: Any, *, input_names: Sequence[str], output_names: Sequence[str],
+                 tools: Sequence[str] = ()):
+        self.lm = reflection_lm
+        self.input_names, self.tools = tuple(input_names), tuple(tools)
+        self.set_output_names(output_names)
+        self.select = dspy.Predict(sig.SelectAction)
+        self.activate = dspy.Predict(sig.ActivateSlot)
+        self.rewrite_program = dspy.Predict(sig.RewriteProgram)
+        self.rewrite_description = dspy.Predict(sig.RewriteDescription)
+        self.rewrite_router = dspy.Predict(sig.RewriteRouter)
+
+    def set_output_names(self, output_names: Sequence[str]) -> None:
+        """The fallback's output fields, which every specialist must also return."""
+        self.output_names = tuple(output_names)
+        self.contract = program_contract(self.input_names, self.output_names or ("answer",), self.tools)
+
+    def _call(self, predictor: dspy.Predict, **kwargs: Any) -> dspy.Prediction:
+        with dspy.context(lm=self.lm, trace=None), role("reflection"):
+            return predictor(**kwargs)
+
+    def propose(self, parent: Library, rows: Sequence[Row], results: Sequence[RowResult],
+                history: str) -> Edit:
+        traces = render_traces(rows, results)
+        try:
+            choice = self._call(self.select, router=parent.router, specialists=render_slots(parent),
+                                usage=render_usage(parent, results), history=history or "none", traces=traces)
+        except Exception as e:
+            return Edit(None, None, None, f"action selection failed: {type(e).__name__}: {str(e)[:300]}")
+        action = str(choice.action or "").strip().lower().replace(" ", "_").replace("-", "_")
+        slot = _parse_slot(choice.slot)
+        problem = self._validate_target(parent, action, slot)
+        if problem:
+            return Edit(action or None, slot, None, problem)
+        try:
+            return self._edit(parent, action, slot, traces)
+        except Exception as e:
+            return Edit(action, slot, None, f"{action} failed: {type(e).__name__}: {str(e)[:300]}")
+
+    @staticmethod
+    def _validate_target(parent: Library, action: str, slot: int | None) -> str | None:
+        if action not in sig.ACTIONS:
+            return f"unknown action {action!r} (expected one of {', '.join(sig.ACTIONS)})"
+        if action == "rewrite_router":
+            return None if parent.active_ids() else "rewrite_router needs at least one active specialist"
+        if slot is None or not 1 <= slot <= parent.max_specialists:
+            return f"{action} needs a slot number in 1..{parent.max_specialists}, got {slot!r}"
+        if action == "activate" and parent.slot(slot).active:
+            return f"activate targets slot {slot}, which is already active"
+        if action != "activate" and not parent.slot(slot).active:
+            return f"{action} targets slot {slot}, which is not active"
+        return None
+
+    def _edit(self, parent: Library, action: str, slot: int | None, traces: str) -> Edit:
+        if action == "deactivate":  # quarantine: no LM call, program text kept
+            return Edit(action, slot, parent.with_slot(slot, parent.slot(slot).deactivated()))
+        if action == "rewrite_router":
+            out = self._call(self.rewrite_router, traces=traces, router=parent.router,
+                             specialists=render_slots(parent))
+            text = str(out.new_router or "").strip()
+            if not text:
+                return Edit(action, None, None, "rewrite_router returned an empty instruction")
+            return self._changed(parent, action, None, parent.with_router(text))
+        target = parent.slot(slot)
+        if action == "activate":
+            out = self._call(self.activate, traces=traces, router=parent.router, specialists=render_slots(parent),
+                             target_slot=str(slot), program_contract=self.contract)
+            source = strip_code(out.program)
+            profile = str(out.profile or "").strip().strip('"').lower()
+            description = str(out.description or "").strip()
+            if profile not in ("fast", "deep"):
+                return Edit(action, slot, None, f"activate returned profile {out.profile!r}; expected fast or deep")
+            if not description or description.upper() == "INACTIVE":
+                return Edit(action, slot, None, "activate returned no description")
+            problem = _check_source(source)
+            if problem:
+                return Edit(action, slot, None, problem)
+            return Edit(action, slot, parent.with_slot(slot, target.activated(description, source, profile)))
+        if action == "rewrite_program":
+            out = self._call(self.rewrite_program, traces=traces, description=target.description,
+                             program=target.program_source, program_contract=self.contract)
+            source = strip_code(out.new_program)
+            problem = _check_source(source)
+            if problem:
+                return Edit(action, slot, None, problem)
+            return self._changed(parent, action, slot, parent.with_slot(slot, target.with_program(source)))
+        # rewrite_description
+        out = self._call(self.rewrite_description, traces=traces, specialists=render_slots(parent),
+                         target_slot=str(slot), program=target.program_source)
+        text = str(out.new_description or "").strip()
+        if not text or text.upper() == "INACTIVE":
+            return Edit(action, slot, None, "rewrite_description returned an empty description")
+        return self._changed(parent, action, slot, parent.with_slot(slot, target.with_description(text)))
+
+    @staticmethod
+    def _changed(parent: Library, action: str, slot: int | None, child: Library) -> Edit:
+        if child.content_hash == parent.content_hash:
+            return Edit(action, slot, None, f"{action} changed nothing")
+        return Edit(action, slot, child)

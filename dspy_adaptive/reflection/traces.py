@@ -1,0 +1,66 @@
+"""What reflection reads: feedback-minibatch records rendered as text.
+
+Only input fields, the route, predictor steps, the output, the score, feedback and errors are
+rendered — never an example's label fields (answers, family tags), which stay with the metric.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+from dspy_adaptive.data import Row
+from dspy_adaptive.library import Library
+from dspy_adaptive.search.evaluate import RowResult, _clip
+
+
+def describe_route(r: RowResult) -> str:
+    if r.executed is None:
+        return "route unknown (the call failed before a specialist ran)"
+    sel = "an unparseable answer" if r.selected is None else f"slot {r.selected}" if r.selected else "0 (fallback)"
+    ran = "fallback" if r.executed == 0 else f"slot {r.executed}"
+    why = f" because {r.fallback_reason}" if r.fallback_reason else ""
+    return f"router selected {sel}; executed {ran}{why}"
+
+
+def render_record(n: int, row: Row, r: RowResult) -> str:
+    lines = [f"### Request {n}", "Inputs:"]
+    lines += [f"  {k}: {_clip(v, 1500)}" for k, v in row.inputs.items()]
+    lines.append(f"Route: {describe_route(r)}")
+    if r.steps:
+        lines.append("Steps:")
+        for s in r.steps:
+            ins = "; ".join(f"{k}={v}" for k, v in s["inputs"].items())
+            outs = "; ".join(f"{k}={v}" for k, v in s["outputs"].items())
+            lines.append(f"  - {s['predictor']}: [{_clip(ins, 700)}] -> [{_clip(outs, 700)}]")
+    if r.output is not None:
+        lines.append("Output: " + "; ".join(f"{k}={v}" for k, v in r.output.items()))
+    if r.error:
+        lines.append(f"Error: {r.error}")
+    lines.append(f"Score: {r.score:g}")
+    lines.append(f"Feedback: {r.feedback}")
+    return "\n".join(lines)
+
+
+def render_traces(rows: Sequence[Row], results: Sequence[RowResult]) -> str:
+    return "\n\n".join(render_record(i + 1, row, r) for i, (row, r) in enumerate(zip(rows, results)))
+
+
+def render_slots(library: Library) -> str:
+    """All K slots with their descriptions (INACTIVE marks a free slot) and profile; no source."""
+    out = []
+    for k, s in library.items():
+        state = f"active, {s.profile} profile" if s.active else "free"
+        out.append(f"{k} ({state}): {s.description}")
+    return "\n".join(out)
+
+
+def render_usage(library: Library, results: Sequence[RowResult]) -> str:
+    ran = Counter(r.executed for r in results)
+    total = len(results)
+    parts = [f"fallback: {ran.get(0, 0)}/{total}"]
+    parts += [f"slot {k}: {ran.get(k, 0)}/{total}" for k in library.active_ids()]
+    failed = sum(1 for r in results if r.error)
+    if failed:
+        parts.append(f"runtime failures: {failed}/{total}")
+    return "requests executed per slot on this minibatch — " + ", ".join(parts)

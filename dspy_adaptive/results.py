@@ -1,0 +1,179 @@
+"""The run record: `detailed_results` and the files a finished run leaves in log_dir.
+
+Files: `run.json` (everything below, machine-readable), `report.md` (for people), and
+`learning_curve.png` (best validation mean vs scored calls). `load_run(log_dir)` reads a run back.
+Field names follow dspy.GEPA's `DspyGEPAResult` where the meaning is the same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dspy_adaptive.library import Library
+from dspy_adaptive.reflection.signatures import ACTIONS
+
+
+@dataclass(frozen=True)
+class AdaptiveGEPAResult:
+    candidates: list[Library]
+    parents: list[list[int]]
+    origins: list[str]
+    val_aggregate_scores: list[float]
+    val_subscores: list[dict[str, float]]
+    per_val_instance_best_candidates: dict[str, list[int]]
+    discovery_eval_counts: list[int]
+    executed: list[dict[str, int | None]]       # per candidate: validation row -> slot that ran (footprints)
+    selected: list[dict[str, int | None]]       # per candidate: validation row -> router selection
+    proposals: list[dict[str, Any]]
+    action_counts: dict[str, dict[str, int]]    # paper Table 5: proposed / accepted per action
+    budget: dict[str, Any]
+    usage: dict[str, dict[str, float]]
+    best_idx: int
+    seed: int
+    log_dir: str | None = None
+    merge_events: list[dict[str, Any]] = field(default_factory=list)
+    stop_reason: str = ""
+
+    @property
+    def best_candidate(self) -> Library:
+        return self.candidates[self.best_idx]
+
+    @property
+    def total_metric_calls(self) -> int:
+        return self.budget["spent"]
+
+    @property
+    def num_full_val_evals(self) -> int:
+        return len(self.candidates)
+
+    @classmethod
+    def from_engine(cls, engine: Any, log_dir: str | None = None) -> "AdaptiveGEPAResult":
+        arch = engine.archive
+        proposals = [p.to_dict() for p in engine.proposals]
+        report = engine.budget.report()
+        return cls(
+            candidates=[c.library for c in arch.candidates],
+            parents=[list(c.parents) for c in arch.candidates],
+            origins=[c.origin for c in arch.candidates],
+            val_aggregate_scores=[c.val_mean for c in arch.candidates],
+            val_subscores=[dict(c.scores) for c in arch.candidates],
+            per_val_instance_best_candidates={k: sorted(v) for k, v in arch.pareto_fronts().items()},
+            discovery_eval_counts=[c.discovered_at for c in arch.candidates],
+            executed=[dict(c.executed) for c in arch.candidates],
+            selected=[dict(c.selected) for c in arch.candidates],
+            proposals=proposals,
+            action_counts=action_counts(proposals),
+            budget={"max": report.max_calls, "spent": report.spent, "by_kind": report.by_kind,
+                    "overshoot": report.overshoot, "lost_to_interruptions": engine.lost_calls},
+            usage=engine.meter.snapshot(),
+            best_idx=arch.best_index(),
+            seed=engine.s.seed,
+            log_dir=log_dir,
+            merge_events=[p["details"] for p in proposals if p["kind"] == "merge"],
+            stop_reason=engine.stop_reason,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["candidates"] = [c.to_dict() for c in self.candidates]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AdaptiveGEPAResult":
+        d = dict(d)
+        d["candidates"] = [Library.from_dict(c) for c in d["candidates"]]
+        return cls(**d)
+
+
+def action_counts(proposals: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    proposed, accepted = Counter(), Counter()
+    for p in proposals:
+        if p["kind"] == "skip":
+            continue
+        name = "merge" if p["kind"] == "merge" else (p["action"] or "malformed")
+        proposed[name] += 1
+        accepted[name] += int(p["accepted"])
+    names = [a for a in ACTIONS] + sorted(set(proposed) - set(ACTIONS))
+    return {a: {"proposed": proposed[a], "accepted": accepted[a]} for a in names if proposed[a] or a in ACTIONS}
+
+
+# -- writing the record --------------------------------------------------------------------------------
+
+def write_run_record(result: AdaptiveGEPAResult, log_dir: str | Path) -> Path:
+    root = Path(log_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "run.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")
+    (root / "report.md").write_text(render_markdown(result), encoding="utf-8")
+    plot_learning_curve(result, root / "learning_curve.png")
+    return root
+
+
+def load_run(log_dir: str | Path) -> AdaptiveGEPAResult:
+    path = Path(log_dir) / "run.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: is {log_dir!r} the log_dir of a finished run?")
+    return AdaptiveGEPAResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def best_so_far(result: AdaptiveGEPAResult) -> list[tuple[int, float]]:
+    points, best = [], float("-inf")
+    for calls, score in sorted(zip(result.discovery_eval_counts, result.val_aggregate_scores)):
+        best = max(best, score)
+        points.append((calls, best))
+    return points
+
+
+def plot_learning_curve(result: AdaptiveGEPAResult, path: str | Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = best_so_far(result)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.scatter(result.discovery_eval_counts, result.val_aggregate_scores, s=14, alpha=0.5, label="candidates")
+    ax.step([p[0] for p in pts] + [result.total_metric_calls], [p[1] for p in pts] + [pts[-1][1]],
+            where="post", label="best so far")
+    ax.set_xlabel("scored calls")
+    ax.set_ylabel("validation mean")
+    ax.set_title("Adaptive-GEPA: validation mean vs scored calls")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def render_markdown(r: AdaptiveGEPAResult) -> str:
+    best = r.best_candidate
+    lines = ["# Adaptive-GEPA run", "",
+             f"- candidates archived: {len(r.candidates)}; best: #{r.best_idx} with validation mean "
+             f"{r.val_aggregate_scores[r.best_idx]:.4f} (seed #0: {r.val_aggregate_scores[0]:.4f})",
+             f"- stopped: {r.stop_reason or 'n/a'}",
+             f"- scored calls: {r.budget['spent']} of {r.budget['max']} (overshoot {r.budget['overshoot']}); by kind: "
+             + ", ".join(f"{k} {v}" for k, v in r.budget["by_kind"].items() if v), "",
+             "## Proposals by action (accepted = passed the gate and entered the archive)", "",
+             "| action | proposed | accepted |", "|---|---:|---:|"]
+    lines += [f"| {a} | {c['proposed']} | {c['accepted']} |" for a, c in r.action_counts.items()]
+    lines += ["", "## LM usage by role", "", "| role | calls | prompt tokens | completion tokens | cost |",
+              "|---|---:|---:|---:|---:|"]
+    lines += [f"| {k} | {int(v['calls'])} | {int(v['prompt_tokens'])} | {int(v['completion_tokens'])} | "
+              f"{v['cost']:.4f} |" for k, v in r.usage.items()]
+    routes = Counter(v for v in r.executed[r.best_idx].values())
+    lines += ["", f"## Routing of the best candidate on validation ({len(r.executed[r.best_idx])} rows)", ""]
+    lines += [f"- {'fallback' if k == 0 else 'unknown' if k is None else f'slot {k}'}: {n}"
+              for k, n in sorted(routes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]
+    lines += ["", "## Best library", "", "Router:", "", "```text", best.router, "```", ""]
+    for k, slot in best.items():
+        if slot.active:
+            lines += [f"### Slot {k} ({slot.profile})", "", slot.description, "", "```python",
+                      slot.program_source.rstrip(), "```", ""]
+    lines += ["## Candidates", "", "| # | origin | parents | val mean | found at (calls) | active slots |",
+              "|---:|---|---|---:|---:|---|"]
+    for i, lib in enumerate(r.candidates):
+        lines.append(f"| {i} | {r.origins[i]} | {','.join(map(str, r.parents[i])) or '-'} | "
+                     f"{r.val_aggregate_scores[i]:.4f} | {r.discovery_eval_counts[i]} | "
+                     f"{','.join(map(str, lib.active_ids())) or '-'} |")
+    return "\n".join(lines) + "\n"

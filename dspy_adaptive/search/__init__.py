@@ -1,0 +1,1 @@
+"""The search: select -> run -> reflect -> gate -> validate -> archive (and merge)."""

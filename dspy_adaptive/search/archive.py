@@ -1,0 +1,87 @@
+"""Archive step: every fully validated candidate, its per-row scores, routes and lineage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from dspy_adaptive.library import Library
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One archived library with what its full validation measured."""
+
+    index: int
+    library: Library
+    parents: tuple[int, ...]
+    origin: str                      # "seed", an action name, or "merge"
+    scores: dict[str, float]         # validation row id -> score
+    executed: dict[str, int | None]  # validation row id -> slot that ran (0 = fallback; None unknown)
+    selected: dict[str, int | None]  # validation row id -> router selection
+    discovered_at: int               # budget spent when it entered the archive
+    iteration: int
+
+    @property
+    def val_mean(self) -> float:
+        return sum(self.scores.values()) / len(self.scores) if self.scores else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "library": self.library.to_dict(), "parents": list(self.parents),
+                "origin": self.origin, "scores": self.scores, "executed": self.executed,
+                "selected": self.selected, "discovered_at": self.discovered_at, "iteration": self.iteration,
+                "val_mean": self.val_mean, "hash": self.library.content_hash}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Candidate":
+        return cls(index=d["index"], library=Library.from_dict(d["library"]), parents=tuple(d["parents"]),
+                   origin=d["origin"], scores=dict(d["scores"]), executed=dict(d["executed"]),
+                   selected=dict(d["selected"]), discovered_at=d["discovered_at"], iteration=d["iteration"])
+
+
+@dataclass
+class Archive:
+    """Append-only list of candidates; index = position."""
+
+    row_ids: tuple[str, ...]
+    candidates: list[Candidate] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def __getitem__(self, i: int) -> Candidate:
+        return self.candidates[i]
+
+    def add(self, library: Library, parents: Sequence[int], origin: str, results: Sequence[Any],
+            discovered_at: int, iteration: int) -> Candidate:
+        cand = Candidate(
+            index=len(self.candidates), library=library, parents=tuple(parents), origin=origin,
+            scores={r.row_id: r.score for r in results}, executed={r.row_id: r.executed for r in results},
+            selected={r.row_id: r.selected for r in results}, discovered_at=discovered_at, iteration=iteration)
+        self.candidates.append(cand)
+        return cand
+
+    def best_index(self) -> int:
+        """Highest validation mean; ties -> the earliest candidate."""
+        means = [c.val_mean for c in self.candidates]
+        return means.index(max(means))
+
+    def pareto_fronts(self) -> dict[str, set[int]]:
+        """Per validation row, the candidates attaining the best score on it (GEPA's per-instance frontier)."""
+        fronts: dict[str, set[int]] = {}
+        for rid in self.row_ids:
+            best = max(c.scores[rid] for c in self.candidates)
+            fronts[rid] = {c.index for c in self.candidates if c.scores[rid] == best}
+        return fronts
+
+    def ancestors(self, i: int) -> set[int]:
+        seen, stack = set(), list(self.candidates[i].parents)
+        while stack:
+            p = stack.pop()
+            if p not in seen:
+                seen.add(p)
+                stack.extend(self.candidates[p].parents)
+        return seen
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [c.to_dict() for c in self.candidates]

@@ -1,0 +1,112 @@
+"""Checkpoint and resume: nothing accepted is lost, no spent call is forgotten.
+
+`state.json` holds the committed search state (archive, budget counts, RNG state, proposal log,
+usage). It is replaced atomically (write to a temp file, fsync, rename) after every iteration.
+`evals.jsonl` is an append-only log of scored calls tagged with the iteration that made them; on
+resume only lines of committed iterations are loaded (a torn last line or the calls of an
+uncommitted iteration are dropped, and that iteration is redone exactly as before).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from dspy_adaptive.search.evaluate import RowResult
+
+STATE = "state.json"
+EVALS = "evals.jsonl"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+
+
+class CheckpointStore:
+    def __init__(self, log_dir: str | Path):
+        self.dir = Path(log_dir)
+        self._lock = threading.Lock()
+        self._evals = None
+
+    def prepare(self) -> None:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            probe = self.dir / ".write_test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise PermissionError(f"log_dir {str(self.dir)!r} is not writable ({e}); pass a directory you can "
+                                  "write to, or log_dir=None to run without a record") from e
+
+    def has_state(self) -> bool:
+        return (self.dir / STATE).exists()
+
+    def load_state(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.dir / STATE).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:  # cannot happen with atomic writes; say so if it does
+            raise RuntimeError(f"{self.dir / STATE} is corrupt ({e}); restore it from a backup or start a new "
+                               "log_dir") from e
+
+    def load_evals(self, committed: set[int]) -> tuple[dict[tuple[str, str], RowResult], dict, int]:
+        """(cache, tag per cache key, number of dropped scored calls) from the eval log."""
+        cache: dict[tuple[str, str], RowResult] = {}
+        tags: dict[tuple[str, str], int] = {}
+        dropped = 0
+        path = self.dir / EVALS
+        if not path.exists():
+            return cache, tags, dropped
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    break  # torn tail from a crash mid-append
+                if rec["iter"] in committed:
+                    res = RowResult.from_dict(rec["result"])
+                    cache[(rec["hash"], res.row_id)] = res
+                    tags[(rec["hash"], res.row_id)] = rec["iter"]
+                else:
+                    dropped += 1
+        return cache, tags, dropped
+
+    def rewrite_evals(self, cache: dict[tuple[str, str], RowResult], tags: dict[tuple[str, str], int]) -> None:
+        """Compact the eval log to exactly the committed cache (drops uncommitted lines after a resume)."""
+        lines = [json.dumps({"iter": tags[key], "hash": key[0], "result": r.to_dict()}) for key, r in cache.items()]
+        atomic_write_text(self.dir / EVALS, "".join(line + "\n" for line in lines))
+
+    def append_eval(self, iteration: int, candidate_hash: str, result: RowResult) -> None:
+        line = json.dumps({"iter": iteration, "hash": candidate_hash, "result": result.to_dict()})
+        with self._lock:
+            if self._evals is None:
+                self._evals = open(self.dir / EVALS, "a", encoding="utf-8")
+            self._evals.write(line + "\n")
+
+    def commit(self, state: dict[str, Any]) -> None:
+        with self._lock:
+            if self._evals is not None:
+                self._evals.flush()
+                os.fsync(self._evals.fileno())
+        atomic_write_text(self.dir / STATE, json.dumps(state))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._evals is not None:
+                self._evals.close()
+                self._evals = None

@@ -1,0 +1,38 @@
+"""Select step: which archived candidate to improve next (one small Protocol, two strategies)."""
+
+from __future__ import annotations
+
+import random
+from typing import Protocol
+
+from gepa.gepa_utils import select_program_candidate_from_pareto_front
+
+from dspy_adaptive.search.archive import Archive
+
+
+class CandidateSelector(Protocol):
+    def select(self, archive: Archive, rng: random.Random) -> int: ...
+
+
+class ParetoSelector:
+    """GEPA's rule: drop dominated candidates from the per-row best sets, sample by frequency."""
+
+    def select(self, archive: Archive, rng: random.Random) -> int:
+        scores = [c.val_mean for c in archive.candidates]
+        return select_program_candidate_from_pareto_front(archive.pareto_fronts(), scores, rng)
+
+
+class CurrentBestSelector:
+    """Always the highest validation mean (dspy.GEPA's candidate_selection_strategy='current_best')."""
+
+    def select(self, archive: Archive, rng: random.Random) -> int:
+        return archive.best_index()
+
+
+SELECTORS = {"pareto": ParetoSelector, "current_best": CurrentBestSelector}
+
+
+def make_selector(name: str) -> CandidateSelector:
+    if name not in SELECTORS:
+        raise ValueError(f"candidate_selection_strategy must be one of {sorted(SELECTORS)}, got {name!r}")
+    return SELECTORS[name]()

@@ -1,0 +1,206 @@
+"""AdaptiveGEPA's search on the scripted two-family toy task (no network, no real LM)."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+import pytest
+
+from dspy_adaptive import AdaptiveGEPA, route_of
+from tests.core import toy
+
+
+def optimizer(reflection, **kw):
+    params = dict(reflection_lm=reflection, max_metric_calls=60, reflection_minibatch_size=4, seed=3,
+                  use_merge=False, track_stats=True, progress=False)
+    params.update(kw)
+    return AdaptiveGEPA(toy.metric, **params)
+
+
+@pytest.fixture
+def data():
+    return toy.make_examples(4), toy.make_examples(4, offset=100)
+
+
+@pytest.fixture(autouse=True)
+def actor():
+    lm = toy.actor_lm()
+    with dspy.context(lm=lm):
+        yield lm
+
+
+def test_activation_is_gated_archived_and_routes_the_failing_family(data):
+    train, val = data
+    routed = optimizer(toy.reflection_lm()).compile(dspy.Predict("question -> answer"), trainset=train, valset=val)
+    res = routed.detailed_results
+    assert res.val_aggregate_scores[0] == pytest.approx(0.5)       # seed: caps right, arith wrong
+    assert max(res.val_aggregate_scores) == pytest.approx(1.0)
+    best = res.best_candidate
+    assert best.active_ids() == (1,) and best.slot(1).description == toy.ARITH_DESCRIPTION
+    accepted = [p for p in res.proposals if p["accepted"]]
+    assert accepted and accepted[0]["action"] == "activate" and accepted[0]["child_sum"] > accepted[0]["parent_sum"]
+    # the returned program routes the arith family to the new slot and the rest to the fallback
+    pred = routed(question="add: 20 22")
+    assert pred.answer == "42" and route_of(pred).executed == 1
+    pred = routed(question="upper: xyz")
+    assert pred.answer == "XYZ" and route_of(pred).executed == 0
+    # footprints are recorded per validation row id
+    assert {rid for rid, k in res.executed[res.best_idx].items() if k == 1} == {e.id for e in val if e.id[0] == "a"}
+
+
+def test_worse_child_is_rejected_at_the_gate_and_never_validated(data):
+    train, val = data
+    routed = optimizer(toy.reflection_lm(program_source=toy.WRONG_SOURCE),
+                       max_metric_calls=40).compile(dspy.Predict("question -> answer"), trainset=train, valset=val)
+    res = routed.detailed_results
+    assert len(res.candidates) == 1                     # only the seed
+    assert res.budget["by_kind"]["validation"] == 0     # no child was paid a validation pass
+    reflect = [p for p in res.proposals if p["kind"] == "reflect"]
+    assert reflect and not any(p["accepted"] for p in reflect)
+    assert all(p["child_sum"] <= p["parent_sum"] for p in reflect)
+    assert res.action_counts["activate"]["accepted"] == 0 and res.action_counts["activate"]["proposed"] == len(reflect)
+
+
+def test_budget_rule_and_counts_add_up(data):
+    train, val = data
+    budget = 37
+    res = optimizer(toy.reflection_lm(program_source=toy.WRONG_SOURCE, vary=True), max_metric_calls=budget).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
+    assert sum(res.budget["by_kind"].values()) == res.budget["spent"]
+    # every proposal started while spent < budget
+    starts = [res.budget["by_kind"]["seed_validation"]] + [p["budget_at"] for p in res.proposals[:-1]]
+    assert all(s < budget for s in starts)
+    assert res.budget["spent"] >= budget
+    per_iteration_max = 2 * 4 + len(val)               # parent + child minibatch + one validation
+    assert res.budget["overshoot"] <= per_iteration_max
+
+
+def test_unchanged_candidate_is_never_recharged(data):
+    train, val = data
+    res = optimizer(toy.reflection_lm(program_source=toy.WRONG_SOURCE), max_metric_calls=60,
+                    reflection_minibatch_size=8).compile(dspy.Predict("question -> answer"), trainset=train,
+                                                         valset=val).detailed_results
+    # the seed is the only parent; after its first minibatch over all 8 train rows it is fully cached
+    assert res.budget["by_kind"]["parent_minibatch"] == len(train)
+
+
+def test_reflection_never_sees_validation_rows_or_labels(data):
+    train, val = data
+    refl = toy.reflection_lm()
+    optimizer(refl).compile(dspy.Predict("question -> answer"), trainset=train, valset=val)
+    prompts = refl.scripted.prompts()
+    assert prompts
+    for p in prompts:
+        for ex in val:
+            assert ex.question not in p
+        assert "arith-label" not in p and "caps-label" not in p
+        assert "HIDDEN-LABEL" not in p          # no label field of any example reaches reflection
+
+
+def test_action_selection_and_program_rewrite_respect_table6(data):
+    train, val = data
+    sibling_marker = "SIBLING_SECRET_MARKER"
+    from dspy_adaptive.library import Library, Slot
+    from dspy_adaptive.reflection.propose import Reflector
+    from dspy_adaptive.search.evaluate import RowResult
+    from dspy_adaptive.data import make_rows
+
+    lib = (Library.empty(3)
+           .with_slot(1, Slot().activated(toy.ARITH_DESCRIPTION, toy.ADD_SOURCE, "fast"))
+           .with_slot(2, Slot().activated("Other things", toy.WRONG_SOURCE.replace("nope", sibling_marker), "deep")))
+    refl = toy.reflection_lm(action="rewrite_program", slot="1")
+    reflector = Reflector(refl, input_names=("question",), output_names=("answer",))
+    rows = list(make_rows(train, "trainset"))[:2]
+    results = [RowResult(r.id, 0.0, "wrong", {"answer": "x"}, 1, 1, None, None, ()) for r in rows]
+    edit = reflector.propose(lib, rows, results, history="")
+    assert not edit.rejected and edit.action == "rewrite_program" and edit.slot == 1
+    select_prompt, rewrite_prompt = refl.scripted.prompts()
+    assert "class Adder" not in select_prompt and sibling_marker not in select_prompt   # no source at all
+    assert "class Adder" in rewrite_prompt                                             # its own source
+    assert sibling_marker not in rewrite_prompt and "Other things" not in rewrite_prompt  # no siblings
+
+
+@pytest.mark.parametrize("kind", ["malformed", "impossible_target", "sandbox_rejected"])
+def test_bad_reflections_are_recorded_rejections(data, kind):
+    train, val = data
+    refl = {"malformed": toy.reflection_lm(action="make it better"),
+            "impossible_target": toy.reflection_lm(action="rewrite_program", slot="2"),
+            "sandbox_rejected": toy.reflection_lm(program_source=toy.BAD_SOURCE)}[kind]
+    res = optimizer(refl, max_metric_calls=30).compile(dspy.Predict("question -> answer"), trainset=train,
+                                                       valset=val).detailed_results
+    reflect = [p for p in res.proposals if p["kind"] == "reflect"]
+    assert reflect and all(not p["accepted"] and p["reason"] for p in reflect)
+    expected = {"malformed": "unknown action", "impossible_target": "not active",
+                "sandbox_rejected": "rejected by the sandbox"}[kind]
+    assert all(expected in p["reason"] for p in reflect)
+    if kind == "sandbox_rejected":
+        assert "os" in reflect[0]["reason"]
+    assert len(res.candidates) == 1
+
+
+def test_rejection_reason_reaches_the_next_reflection(data):
+    train, val = data
+    refl = toy.reflection_lm(program_source=toy.BAD_SOURCE)
+    optimizer(refl, max_metric_calls=30).compile(dspy.Predict("question -> answer"), trainset=train, valset=val)
+    select_prompts = [c.prompt for c in refl.scripted.calls if "action" in c.output_fields]
+    assert len(select_prompts) >= 2
+    assert "rejected by the sandbox" in select_prompts[1]
+
+
+def _archive_fingerprint(res):
+    budget = {k: v for k, v in res.budget.items() if k != "lost_to_interruptions"}
+    return json.dumps({"libs": [c.content_hash for c in res.candidates], "scores": res.val_subscores,
+                       "parents": res.parents, "budget": budget,
+                       "proposals": [(p["action"], p["accepted"], p["minibatch"]) for p in res.proposals]},
+                      sort_keys=True)
+
+
+def test_num_threads_does_not_change_results(data):
+    train, val = data
+    one = optimizer(toy.reflection_lm(), num_threads=1).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
+    four = optimizer(toy.reflection_lm(), num_threads=4).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
+    assert _archive_fingerprint(one) == _archive_fingerprint(four)
+
+
+def test_interrupted_run_resumes_to_the_same_archive(data, tmp_path):
+    train, val = data
+    program = dspy.Predict("question -> answer")
+    full = optimizer(toy.reflection_lm(program_source=toy.WRONG_SOURCE, vary=True), max_metric_calls=80,
+                     log_dir=str(tmp_path / "full")).compile(program, trainset=train, valset=val).detailed_results
+    crashing = toy.reflection_lm(program_source=toy.WRONG_SOURCE, fail_after=5, vary=True)
+    with pytest.raises(KeyboardInterrupt):
+        optimizer(crashing, max_metric_calls=80, log_dir=str(tmp_path / "resumed")).compile(
+            program, trainset=train, valset=val)
+    state = json.loads((tmp_path / "resumed" / "state.json").read_text())
+    assert state["iteration"] >= 1
+    resumed = optimizer(toy.reflection_lm(program_source=toy.WRONG_SOURCE, vary=True), max_metric_calls=80,
+                        log_dir=str(tmp_path / "resumed")).compile(program, trainset=train,
+                                                                     valset=val).detailed_results
+    assert _archive_fingerprint(resumed) == _archive_fingerprint(full)
+    assert resumed.budget["by_kind"]["seed_validation"] == len(val)   # the seed was not re-charged
+    assert resumed.budget["lost_to_interruptions"] >= 1              # the crashed iteration's calls are reported
+
+
+def test_resume_refuses_a_different_configuration(data, tmp_path):
+    train, val = data
+    optimizer(toy.reflection_lm(), max_metric_calls=30, log_dir=str(tmp_path)).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val)
+    with pytest.raises(ValueError, match="different configuration"):
+        optimizer(toy.reflection_lm(), max_metric_calls=30, log_dir=str(tmp_path), seed=99).compile(
+            dspy.Predict("question -> answer"), trainset=train, valset=val)
+
+
+def test_run_record_files(data, tmp_path):
+    train, val = data
+    optimizer(toy.reflection_lm(), log_dir=str(tmp_path)).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val)
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["action_counts"]["activate"]["accepted"] >= 1
+    assert run["usage"]["reflection"]["calls"] >= 2 and run["usage"]["router"]["calls"] >= 1
+    assert run["usage"]["fallback"]["prompt_tokens"] > 0
+    report = (tmp_path / "report.md").read_text()
+    assert "Proposals by action" in report and toy.ARITH_DESCRIPTION in report
+    assert (tmp_path / "learning_curve.png").stat().st_size > 1000
