@@ -37,6 +37,7 @@ class AdaptiveGEPAResult:
     log_dir: str | None = None
     merge_events: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str = ""
+    schedule: list[dict[str, Any]] = field(default_factory=list)   # sequential steps (perf analysis)
 
     @property
     def best_candidate(self) -> Library:
@@ -75,6 +76,7 @@ class AdaptiveGEPAResult:
             log_dir=log_dir,
             merge_events=[p["details"] for p in proposals if p["kind"] == "merge"],
             stop_reason=engine.stop_reason,
+            schedule=engine.schedule.to_list(),
         )
 
     def to_dict(self) -> dict[str, Any]:

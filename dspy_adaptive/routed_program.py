@@ -169,6 +169,7 @@ class RoutedProgram(dspy.Module):
         self._lock = threading.Lock()
         self._routers: dict[tuple[str, ...], dspy.Predict] = {}
         self._predictors: dict[tuple, dspy.Module] = {}
+        self._route_memo: dict[tuple, tuple[int | None, str | None]] | None = None
 
     # -- building variants -----------------------------------------------------------------------
     def with_library(self, library: Library) -> "RoutedProgram":
@@ -211,17 +212,34 @@ class RoutedProgram(dspy.Module):
         _attach(pred, route)
         return pred
 
+    def share_route_memo(self) -> None:
+        """Memoise router decisions per (router text, active descriptions, request) across this program and
+        every `with_library` variant made from it afterwards. The router prompt is then identical, so this
+        gives what DSPy's LM cache would (the paper's runs kept actor caching on) without re-running the
+        adapter; the search enables it, a deployed RoutedProgram does not."""
+        self._route_memo = {}
+
     def _route(self, inputs: Mapping[str, Any]) -> tuple[int | None, str | None]:
         if not self.library.active_ids():
             return FALLBACK, None  # nothing to choose from: no router call is spent
+        specialists = render_specialists(self.library)
+        key = None
+        if self._route_memo is not None:
+            key = (self.library.router, specialists, json.dumps(dict(inputs), sort_keys=True, default=str))
+            hit = self._route_memo.get(key)
+            if hit is not None:
+                return hit
         router = self._router_for(tuple(inputs))
         try:
             with dspy.context(lm=self.lm_for("fast")), role("router"):
-                out = router(**inputs, specialists=render_specialists(self.library))
+                out = router(**inputs, specialists=specialists)
         except AdapterParseError as e:
             return None, f"<unparseable router output: {str(e)[:200]}>"
         answer = str(out.slot)
-        return parse_slot_answer(answer), answer
+        decision = (parse_slot_answer(answer), answer)
+        if key is not None:
+            self._route_memo[key] = decision
+        return decision
 
     def _resolve(self, selected: int | None, answer: str | None) -> tuple[int, str | None]:
         if selected is None:

@@ -93,6 +93,7 @@ class AdaptiveGEPA(Teleprompter):
         batch_sampler: BatchSampler | None = None,
         sandbox: SandboxSettings | None = None,
         max_concurrent_proposals: int = 1,
+        route_memo: bool = True,
         progress: bool = True,
     ):
         super().__init__()
@@ -145,6 +146,7 @@ class AdaptiveGEPA(Teleprompter):
         self.batch_sampler = batch_sampler or uniform_sampler
         self.sandbox_settings = sandbox or SandboxSettings()
         self.max_concurrent_proposals = max_concurrent_proposals
+        self.route_memo = route_memo
         self.progress = progress
 
     # -- budget --------------------------------------------------------------------------------------
@@ -187,6 +189,8 @@ class AdaptiveGEPA(Teleprompter):
         pool = SandboxPool(max_workers=max(2, self.num_threads or 1), timeout=s.timeout, memory_mb=s.memory_mb,
                            max_predictor_calls=s.max_predictor_calls, tool_names=tuple(base.tools))
         base._sandbox, base._owns_sandbox = pool, False
+        if self.route_memo:
+            base.share_route_memo()
         fingerprint = self._fingerprint(student, train, val, settings)
         store = CheckpointStore(self.log_dir) if self.log_dir else None
         if store is not None:
@@ -215,6 +219,7 @@ class AdaptiveGEPA(Teleprompter):
         result = AdaptiveGEPAResult.from_engine(engine, log_dir=self.log_dir)
         routed = base.with_library(best.library)
         routed._sandbox, routed._owns_sandbox = pool, True
+        routed._route_memo = None
         if self.track_stats:
             routed.detailed_results = result
         if self.log_dir:

@@ -7,6 +7,7 @@ with its reason — never an exception — and the reason is shown to the next r
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -81,6 +82,7 @@ class Reflector:
                  tools: Sequence[str] = ()):
         self.lm = reflection_lm
         self.input_names, self.tools = tuple(input_names), tuple(tools)
+        self.schedule = None  # a search.schedule.Schedule, when the caller wants the step record
         self.set_output_names(output_names)
         self.select = dspy.Predict(sig.SelectAction)
         self.activate = dspy.Predict(sig.ActivateSlot)
@@ -94,8 +96,13 @@ class Reflector:
         self.contract = program_contract(self.input_names, self.output_names or ("answer",), self.tools)
 
     def _call(self, predictor: dspy.Predict, **kwargs: Any) -> dspy.Prediction:
-        with dspy.context(lm=self.lm, trace=None), role("reflection"):
-            return predictor(**kwargs)
+        t0 = time.perf_counter()
+        try:
+            with dspy.context(lm=self.lm, trace=None), role("reflection"):
+                return predictor(**kwargs)
+        finally:
+            if self.schedule is not None:
+                self.schedule.record("reflection", 1, 1, t0, time.perf_counter())
 
     def propose(self, parent: Library, rows: Sequence[Row], results: Sequence[RowResult],
                 history: str) -> Edit:

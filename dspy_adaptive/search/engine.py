@@ -31,6 +31,7 @@ from dspy_adaptive.search.budget import Budget
 from dspy_adaptive.search.checkpoint import CheckpointStore
 from dspy_adaptive.search.evaluate import Evaluator, RowResult
 from dspy_adaptive.search.sampling import BatchSampler, sample_minibatch
+from dspy_adaptive.search.schedule import Schedule
 from dspy_adaptive.search.select import CandidateSelector
 from dspy_adaptive.usage import UsageMeter
 
@@ -123,6 +124,8 @@ class SearchEngine:
         self.committed: set[int] = set()   # iterations whose results are folded into the state
         self.lost_calls = 0                # scored calls of iterations an interruption discarded
         self.idle_iterations = 0           # consecutive iterations that spent no budget
+        self.schedule = Schedule()
+        evaluator.schedule = reflector.schedule = self.schedule
         self.stop_reason = ""
         if store is not None:
             evaluator.on_new_result = store.append_eval

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import math
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
@@ -91,6 +92,7 @@ class Evaluator:
         self._pool = ThreadPoolExecutor(max_workers=self.num_threads, thread_name_prefix="adaptive-eval") \
             if self.num_threads > 1 else None
         self._lock = threading.Lock()
+        self.schedule = None  # a search.schedule.Schedule, when the caller wants the step record
 
     def close(self) -> None:
         if self._pool is not None:
@@ -104,7 +106,11 @@ class Evaluator:
             todo = [r for r in rows if (key, r.id) not in self.cache]
         if todo:
             program = self.base.with_library(library)
+            t0 = time.perf_counter()
             fresh = self._map(lambda r: self._score_row(program, r), todo)
+            if self.schedule is not None:
+                depth = max(sum(1 for s in r.steps) for r in fresh)
+                self.schedule.record(kind, len(fresh), depth, t0, time.perf_counter())
             self.budget.charge(kind, len(fresh))
             with self._lock:
                 for res in fresh:

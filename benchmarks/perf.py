@@ -1,0 +1,273 @@
+"""Speed benchmark: AdaptiveGEPA vs dspy.GEPA on the same synthetic task, scripted LMs, latency, budget.
+
+    python -m benchmarks.perf                         # the default table (latency 0 and 50 ms, k=1 and 4)
+    python -m benchmarks.perf --latency 0.05 --threads 16 --budget 300 --seeds 0 1 2 --k 1 4
+    python -m benchmarks.perf --rss                   # RSS per archived candidate, 180 validation rows
+
+Every configuration runs in a fresh subprocess, so CPU time (own threads + sandbox workers) and peak
+RSS belong to that run alone. The task: requests "qN: ..." with gold "aN"; the scripted actor answers
+correctly with a probability set by a `QUALITY=NN` token in the instructions it runs under (seed: 40).
+dspy.GEPA's reflection proposes instructions with a random quality; Adaptive-GEPA's activates (then
+rewrites) a one-predictor specialist with a random quality. So both searches keep spending budget and
+improve at similar rates; what differs is how they spend wall time and CPU.
+
+Figures per run: scored calls, wall, CPU, CPU ms and wall ms per scored call, the critical-path ideal
+(sum over the run's own sequential steps of ceil(rows / threads) x depth x latency; ours from the
+engine's recorded schedule, dspy.GEPA's from its LM-call intervals: overlapping calls form one step),
+parallel efficiency = ideal / wall, peak RSS, final validation score. Absolute times on a shared
+2-core machine move around; the ours/dspy.GEPA ratios within one invocation are the figures to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import dspy  # noqa: E402
+
+from dspy_adaptive.testing import scripted_lm  # noqa: E402
+
+SEED_QUALITY = 40
+
+
+# -- the synthetic task ------------------------------------------------------------------------------
+
+def examples(n: int, offset: int) -> list[dspy.Example]:
+    return [dspy.Example(id=f"q{i}", question=f"q{i}: what is the code for item {i}?", answer=f"a{i}")
+            .with_inputs("question") for i in range(offset, offset + n)]
+
+
+def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+    ok = str(getattr(pred, "answer", "")).strip() == gold.answer
+    return dspy.Prediction(score=float(ok), feedback="correct" if ok else f"wrong: expected the code of the item")
+
+
+def _quality(text: str) -> int:
+    m = re.search(r"QUALITY=(\d+)", text or "")
+    return int(m.group(1)) if m else SEED_QUALITY
+
+
+def _h(text: str) -> int:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+class CallLog:
+    """LM-call intervals (for dspy.GEPA's critical path)."""
+
+    def __init__(self) -> None:
+        self.intervals: list[tuple[float, float]] = []
+        self.lock = threading.Lock()
+
+    def wrap(self, respond, latency: float):
+        def timed(call):
+            t0 = time.perf_counter()
+            if latency:
+                time.sleep(latency)
+            out = respond(call)
+            with self.lock:
+                self.intervals.append((t0, time.perf_counter()))
+            return out
+        return timed
+
+
+def actor_respond(call) -> dict:
+    if "slot" in call.output_fields:                     # Adaptive-GEPA's router
+        return {"slot": "1" if re.search(r"^1: ", call.field("specialists") or "", re.M) else "0"}
+    question = call.field("question") or ""
+    q = _quality(call.instructions)
+    m = re.match(r"q(\d+):", question)
+    right = m and _h(f"{question}|{q}") % 100 < q
+    return {"answer": f"a{m.group(1)}" if right else "wrong"}
+
+
+def specialist_source(q: int) -> str:
+    return ("class Solver(dspy.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            f"        self.solve = dspy.Predict(\"question -> answer\", instructions=\"Answer. QUALITY={q}\")\n\n"
+            "    def forward(self, question):\n"
+            "        return dspy.Prediction(answer=self.solve(question=question).answer)\n")
+
+
+def adaptive_reflection_respond(call):
+    q = 40 + _h(call.prompt) % 55
+    fields = call.output_fields
+    if "action" in fields:
+        active = "(active" in (call.field("specialists") or "")
+        return {"action": "rewrite_program" if active else "activate", "slot": "1"}
+    if "profile" in fields:
+        return {"description": "General solver for every request.", "program": specialist_source(q),
+                "profile": "fast"}
+    if "new_program" in fields:
+        return {"new_program": specialist_source(q)}
+    return "unexpected"
+
+
+def gepa_reflection_respond(call):
+    """dspy.GEPA's instruction proposer is a DSPy signature with a `new_instruction` output."""
+    return {"new_instruction": f"Answer the question. QUALITY={40 + _h(call.prompt) % 55}"}
+
+
+# -- one run (in its own process) ------------------------------------------------------------------------
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int, k: int,
+            n_train: int, n_val: int) -> dict[str, Any]:
+    log = CallLog()
+    actor = scripted_lm(log.wrap(actor_respond, latency), model="scripted/actor")
+    train, val = examples(n_train, 0), examples(n_val, 10_000)
+    program = dspy.Predict("question -> answer")
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cpu0, child0, t0 = time.process_time(), _children_cpu(), time.perf_counter()
+    with dspy.context(lm=actor):
+        if method == "adaptive":
+            from dspy_adaptive import AdaptiveGEPA
+            refl = scripted_lm(log.wrap(adaptive_reflection_respond, latency), model="scripted/reflection")
+            opt = AdaptiveGEPA(metric, reflection_lm=refl, max_metric_calls=budget, num_threads=threads,
+                               seed=seed, track_stats=True, progress=False, use_merge=False,
+                               max_concurrent_proposals=k)
+            routed = opt.compile(program, trainset=train, valset=val)
+            res = routed.detailed_results
+            routed.close()
+            calls, best, n_cands = res.total_metric_calls, max(res.val_aggregate_scores), len(res.candidates)
+            from dspy_adaptive.search.schedule import critical_path
+            ideal = critical_path(res.schedule, threads, latency)
+        else:
+            refl = scripted_lm(log.wrap(gepa_reflection_respond, latency), model="scripted/reflection")
+            opt = dspy.GEPA(metric=metric, reflection_lm=refl, max_metric_calls=budget, num_threads=threads,
+                            seed=seed, track_stats=True, use_merge=False)
+            out = opt.compile(program, trainset=train, valset=val)
+            res = out.detailed_results
+            calls, best, n_cands = res.total_metric_calls, max(res.val_aggregate_scores), len(res.candidates)
+            ideal = interval_critical_path(log.intervals, threads, latency)
+    wall = time.perf_counter() - t0
+    cpu = (time.process_time() - cpu0) + (_children_cpu() - child0)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"method": method, "k": k if method == "adaptive" else 1, "seed": seed, "latency": latency,
+            "threads": threads, "calls": calls, "wall_s": wall, "cpu_s": cpu,
+            "cpu_ms_per_call": 1000 * cpu / max(calls, 1), "wall_ms_per_call": 1000 * wall / max(calls, 1),
+            "ideal_s": ideal, "efficiency": (ideal / wall) if latency and wall else None,
+            "peak_rss_mb": rss / 1024, "rss_growth_mb": (rss - rss0) / 1024, "candidates": n_cands,
+            "best_val": best}
+
+
+def interval_critical_path(intervals: list[tuple[float, float]], threads: int, latency: float) -> float:
+    """Overlapping LM calls form one step (a batch run concurrently); steps run one after another."""
+    total, group, end = 0.0, 0, -math.inf
+    for s, e in sorted(intervals):
+        if s > end and group:
+            total += math.ceil(group / threads) * latency
+            group = 0
+        group += 1
+        end = max(end, e) if group > 1 else e
+    if group:
+        total += math.ceil(group / threads) * latency
+    return total
+
+
+# -- driver ------------------------------------------------------------------------------------------------
+
+def spawn(args: list[str]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "benchmarks.perf", "--single", *args], capture_output=True,
+                         text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"perf run {args} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| method | k | latency ms | seeds | scored calls | wall s | CPU s | CPU ms/call | wall ms/call | "
+            "ideal s | efficiency | peak RSS MB | best val |")
+    lines = [head, "|" + "---|" * 13]
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        groups.setdefault((r["latency"], r["method"], r["k"]), []).append(r)
+    for (lat, method, k), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "gepa", kv[0][2])):
+        def m(key):
+            vals = [r[key] for r in rs if r[key] is not None]
+            return statistics.mean(vals) if vals else float("nan")
+        lines.append(f"| {'dspy.GEPA' if method == 'gepa' else 'Adaptive-GEPA'} | {k} | {1000 * lat:.0f} | {len(rs)} | "
+                     f"{m('calls'):.0f} | {m('wall_s'):.2f} | {m('cpu_s'):.2f} | {m('cpu_ms_per_call'):.2f} | "
+                     f"{m('wall_ms_per_call'):.1f} | {m('ideal_s'):.2f} | {m('efficiency'):.2f} | "
+                     f"{m('peak_rss_mb'):.0f} | {m('best_val'):.3f} |")
+    return "\n".join(lines)
+
+
+def ratios(rows: list[dict[str, Any]]) -> str:
+    out = []
+    for lat in sorted({r["latency"] for r in rows}):
+        base = [r for r in rows if r["latency"] == lat and r["method"] == "gepa"]
+        if not base:
+            continue
+        for k in sorted({r["k"] for r in rows if r["method"] == "adaptive"}):
+            ours = [r for r in rows if r["latency"] == lat and r["method"] == "adaptive" and r["k"] == k]
+            if not ours:
+                continue
+            cpu = statistics.mean(r["cpu_ms_per_call"] for r in ours) / statistics.mean(r["cpu_ms_per_call"] for r in base)
+            wall = statistics.mean(r["wall_ms_per_call"] for r in ours) / statistics.mean(r["wall_ms_per_call"] for r in base)
+            val = statistics.mean(r["best_val"] for r in ours) - statistics.mean(r["best_val"] for r in base)
+            out.append(f"- latency {1000 * lat:.0f} ms, k={k}: CPU/call ours/dspy.GEPA = {cpu:.2f}, "
+                       f"wall/call ours/dspy.GEPA = {wall:.2f}, best val ours - dspy.GEPA = {val:+.3f}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.05], help="per-LM-call latency (s)")
+    p.add_argument("--threads", type=int, default=16)
+    p.add_argument("--budget", type=int, default=300, help="max_metric_calls for both optimizers")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--k", type=int, nargs="+", default=[1, 4], help="AdaptiveGEPA max_concurrent_proposals")
+    p.add_argument("--train", type=int, default=30)
+    p.add_argument("--val", type=int, default=30)
+    p.add_argument("--rss", action="store_true", help="measure RSS per archived candidate (180 val rows)")
+    p.add_argument("--out", default=None, help="also write the rows as JSON here")
+    p.add_argument("--single", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.single is not None:
+        method, lat, th, bud, seed, k, ntr, nv = a.single
+        print(json.dumps(run_one(method, latency=float(lat), threads=int(th), budget=int(bud), seed=int(seed),
+                                 k=int(k), n_train=int(ntr), n_val=int(nv))))
+        return
+    if a.rss:
+        rows = [spawn(["adaptive", "0", str(a.threads), "3000", str(s), "1", "60", "180"]) for s in a.seeds[:1]]
+        for r in rows:
+            per = r["rss_growth_mb"] / max(r["candidates"], 1)
+            print(f"180 val rows: {r['candidates']} candidates, RSS growth {r['rss_growth_mb']:.1f} MB "
+                  f"-> {per:.2f} MB per archived candidate (peak {r['peak_rss_mb']:.0f} MB)")
+        return
+    rows = []
+    for lat in a.latencies:
+        for seed in a.seeds:
+            rows.append(spawn(["gepa", str(lat), str(a.threads), str(a.budget), str(seed), "1", str(a.train), str(a.val)]))
+            for k in a.k:
+                rows.append(spawn(["adaptive", str(lat), str(a.threads), str(a.budget), str(seed), str(k),
+                                   str(a.train), str(a.val)]))
+            print(f"done latency={lat} seed={seed}", file=sys.stderr)
+    print(table(rows))
+    print()
+    print(ratios(rows))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

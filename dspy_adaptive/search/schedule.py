@@ -1,0 +1,46 @@
+"""The recorded schedule of a search: each sequential step (an evaluation batch or a reflection call)
+with its size, its depth (sequential LM calls per row) and its wall-clock span. benchmarks/perf.py
+computes the critical-path ideal from it: sum over steps of ceil(rows / threads) x depth x latency."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    rows: int
+    depth: int
+    start: float
+    end: float
+
+
+class Schedule:
+    def __init__(self) -> None:
+        self._steps: list[Step] = []
+        self._lock = threading.Lock()
+        self.origin = time.perf_counter()
+
+    def record(self, kind: str, rows: int, depth: int, start: float, end: float) -> None:
+        with self._lock:
+            self._steps.append(Step(kind, rows, max(depth, 1), start - self.origin, end - self.origin))
+
+    def steps(self) -> list[Step]:
+        with self._lock:
+            return list(self._steps)
+
+    def to_list(self) -> list[dict]:
+        return [asdict(s) for s in self.steps()]
+
+
+def critical_path(steps: list[Step] | list[dict], threads: int, latency: float) -> float:
+    """Sum over sequential steps of ceil(rows / threads) x depth x latency (seconds)."""
+    total = 0.0
+    for s in steps:
+        rows, depth = (s.rows, s.depth) if isinstance(s, Step) else (s["rows"], s["depth"])
+        total += math.ceil(rows / threads) * depth * latency
+    return total
