@@ -38,6 +38,7 @@ class AdaptiveGEPAResult:
     merge_events: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str = ""
     schedule: list[dict[str, Any]] = field(default_factory=list)   # sequential steps (perf analysis)
+    faults: dict[str, Any] = field(default_factory=dict)            # failures the search absorbed
 
     @property
     def best_candidate(self) -> Library:
@@ -77,6 +78,7 @@ class AdaptiveGEPAResult:
             merge_events=[p["details"] for p in proposals if p["kind"] == "merge"],
             stop_reason=engine.stop_reason,
             schedule=engine.schedule.to_list(),
+            faults=fault_summary(engine),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,6 +91,18 @@ class AdaptiveGEPAResult:
         d = dict(d)
         d["candidates"] = [Library.from_dict(c) for c in d["candidates"]]
         return cls(**d)
+
+
+def fault_summary(engine: Any) -> dict[str, Any]:
+    """What went wrong and was absorbed: failed rollouts (scored failure_score, metric not called) by error
+    type, metric faults, reflections that failed, and calls lost to interruptions."""
+    results = list(engine.evaluator.cache.values())
+    by_type = Counter((r.error or "").split(":", 1)[0].strip() or "error" for r in results if r.error)
+    failed_reflections = [p for p in engine.proposals if p.kind == "reflect" and not p.accepted and p.reason
+                          and " failed: " in p.reason]
+    return {"failed_rollouts": sum(by_type.values()), "failed_rollouts_by_type": dict(by_type),
+            "metric_faults": sum(1 for r in results if r.metric_note),
+            "failed_reflections": len(failed_reflections), "lost_to_interruptions": engine.lost_calls}
 
 
 def action_counts(proposals: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -159,6 +173,12 @@ def render_markdown(r: AdaptiveGEPAResult) -> str:
              "## Proposals by action (accepted = passed the gate and entered the archive)", "",
              "| action | proposed | accepted |", "|---|---:|---:|"]
     lines += [f"| {a} | {c['proposed']} | {c['accepted']} |" for a, c in r.action_counts.items()]
+    f = r.faults or {}
+    if f:
+        lines += ["", f"Absorbed faults: {f.get('failed_rollouts', 0)} failed rollouts "
+                      f"({', '.join(f'{k} {v}' for k, v in f.get('failed_rollouts_by_type', {}).items()) or 'none'}), "
+                      f"{f.get('metric_faults', 0)} metric faults, {f.get('failed_reflections', 0)} failed reflections, "
+                      f"{f.get('lost_to_interruptions', 0)} scored calls lost to interruptions."]
     lines += ["", "## LM usage by role", "", "| role | calls | prompt tokens | completion tokens | cost |",
               "|---|---:|---:|---:|---:|"]
     lines += [f"| {k} | {int(v['calls'])} | {int(v['prompt_tokens'])} | {int(v['completion_tokens'])} | "
