@@ -76,6 +76,7 @@ class Merger:
             cand = arch.add(cleaned, (a.index, b.index), "merge", results, engine.budget.spent,
                             engine.iteration)                                                     # archive
             details["cleanup_deactivated"] = list(changed)
+            details["measured_hash"] = child.content_hash   # the scores were measured on this, pre-cleanup
             details["classification"] = classify_child(cleaned, a.library, b.library)
         return engine._record(iteration=engine.iteration, kind="merge", parents=(a.index, b.index), action="merge", slot=None,
                               minibatch=tuple(gate_ids), parent_sum=max(sum_a, sum_b), child_sum=sum_child,

@@ -1,0 +1,57 @@
+"""The merge step on a hand-built archive: alignment re-slots a colliding role, the 5-row gate, and the
+post-merge cleanup (unselected specialists deactivated, program text kept, archived scores pre-cleanup)."""
+
+from __future__ import annotations
+
+import dspy
+
+from dspy_adaptive import Library, RoutedProgram, Slot
+from dspy_adaptive.data import make_rows
+from dspy_adaptive.reflection.propose import Reflector
+from dspy_adaptive.search.budget import Budget
+from dspy_adaptive.search.engine import SearchEngine, SearchSettings
+from dspy_adaptive.search.evaluate import Evaluator
+from dspy_adaptive.search.merge_step import Merger
+from dspy_adaptive.search.sampling import uniform_sampler
+from dspy_adaptive.search.select import ParetoSelector
+from dspy_adaptive.usage import UsageMeter
+from tests.core import toy
+
+USELESS = "Poetry: requests for poems."   # the scripted router never picks this one
+
+
+def test_merge_reslots_cleans_up_and_keeps_measured_scores():
+    lm = toy.scripted_lm(toy.router3_respond)
+    val = make_rows(toy.make_examples3(3, offset=100), "valset")
+    base = RoutedProgram(dspy.Predict("question -> answer"), Library.empty(3), fast_lm=lm, deep_lm=lm)
+    budget = Budget(10_000)
+    evaluator = Evaluator(base, toy.metric, budget)
+    engine = SearchEngine(settings=SearchSettings(max_metric_calls=10_000, use_merge=True), seed_library=Library.empty(3),
+                          train=val, val=val, evaluator=evaluator,
+                          reflector=Reflector(lm, input_names=("question",), output_names=("answer",)),
+                          selector=ParetoSelector(), sampler=uniform_sampler, budget=budget, meter=UsageMeter(),
+                          store=None, fingerprint="test", merger=Merger())
+    seed = Library.empty(3)
+    a = (seed.with_slot(1, Slot().activated(toy.ARITH_DESCRIPTION, toy.ADD_SOURCE, "fast"))
+             .with_slot(3, Slot().activated(USELESS, toy.WRONG_SOURCE, "deep")))
+    b = seed.with_slot(1, Slot().activated(toy.REV_DESCRIPTION, toy.REV_SOURCE, "fast"))
+    with dspy.context(lm=lm):
+        for lib, parents in ((seed, ()), (a, (0,)), (b, (0,))):
+            engine.archive.add(lib, parents, "test", evaluator.evaluate(lib, val, "validation"), budget.spent, 0)
+        spent = budget.spent
+        record = Merger().run(engine)
+    assert record is not None and record.kind == "merge" and record.accepted
+    assert budget.report().by_kind["merge_check"] == 5 and len(record.minibatch) == 5
+    child = engine.archive[record.child_index]
+    roles = {child.library.slot(k).description: k for k in child.library.active_ids()}
+    assert set(roles) == {toy.ARITH_DESCRIPTION, toy.REV_DESCRIPTION}   # both roles survive the slot clash
+    assert roles[toy.REV_DESCRIPTION] == 2                                # placed in the lowest free slot
+    # cleanup: the never-selected specialist is deactivated, its program text kept
+    assert record.details["cleanup_deactivated"] == [3]
+    assert not child.library.slot(3).active and child.library.slot(3).program_source == toy.WRONG_SOURCE
+    # archived scores are the ones measured before cleanup (under the pre-cleanup library's hash)
+    measured_hash = record.details["measured_hash"]
+    measured = {rid: res.score for (h, rid), res in evaluator.cache.items() if h == measured_hash}
+    assert child.scores == measured and len(measured) == len(val)
+    assert child.library.content_hash == record.child_hash != measured_hash
+    assert budget.spent == spent + len(val)   # 5 gate rows + the other rows; gate rows are not re-charged
