@@ -21,9 +21,6 @@ import struct
 import time
 
 HEADER = struct.Struct(">I")
-#: Worker fds for the protocol (dup'd there from whatever the host passed).
-WORKER_IN_FD = 3
-WORKER_OUT_FD = 4
 
 
 class ChannelClosed(EOFError):
