@@ -370,6 +370,13 @@ def _default_checker() -> Checker:
     return evaluate_instructions
 
 
+def _as_tuple(result: Any) -> tuple:
+    """(id, followed, detail) from benchmarks.ifeval's InstructionResult or a plain tuple."""
+    if hasattr(result, "instruction_id"):
+        return (result.instruction_id, result.followed, result.detail)
+    return tuple(result)
+
+
 class LiveBenchIFMetric:
     """LiveBench's IF score: (1 if every instruction is followed else 0, + fraction followed) / 2 (strict)."""
 
@@ -389,7 +396,7 @@ class LiveBenchIFMetric:
         text = strip_thinking(response_text(pred))
         ids = list(gold.instruction_id_list)
         kwargs = [{k: v for k, v in (kw or {}).items() if v is not None} for kw in gold.instruction_kwargs]
-        results = list(self.checker(text, ids, kwargs, gold.request)) if text else \
+        results = [_as_tuple(r) for r in self.checker(text, ids, kwargs, gold.request)] if text else \
             [(i, False, "the response was empty") for i in ids]
         followed = [bool(r[1]) for r in results]
         frac = sum(followed) / len(followed) if followed else 1.0
