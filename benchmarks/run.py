@@ -1,0 +1,616 @@
+"""Benchmark reproduction command (paper §4.1–4.4, Tables 2, 4, 5; Appendix D baselines).
+
+    python -m benchmarks.run --method adaptive --budget 18000 \\
+        --actor-lm hosted_vllm/Qwen/Qwen3-8B --reflection-lm openai/gpt-5.5 --data hf --out runs/adaptive
+    python -m benchmarks.run --method gepa-fpa-all ...      # same data, budget, LMs, tools, metric
+    python -m benchmarks.run --compare runs/adaptive runs/gepa-fpa-all runs/mop   # one merged Table 2
+
+Phases (each with a progress bar, each skipped on rerun once its `phases/<name>.json` exists):
+data -> search (the method's optimiser; log_dir=<out>/search, which AdaptiveGEPA and dspy.GEPA resume
+from) -> test (every test example; AIME 5 attempts with DSPy's response cache off, averaged = pass@1)
+-> report (`results.json`, `labels.json`, `tables.md`). A rerun with a different configuration in the
+same --out is refused.
+
+Every method gets the same data, metric (`MixtureMetric`, PUPA judges on --judge-lm), tools (`search`
+retrieval + `ask_external_llm` on --external-lm), reflection LM and budget. Execution profiles: the
+router and `fast` specialists run on --fast-lm, the fallback/seed P0 and `deep` specialists on
+--deep-lm (both default to --actor-lm). The single-program baselines (seed, GEPA-FPA, MoP) use one
+global profile, deep (paper Appendix D: "the selected program uses deep").
+
+`--scripted` (tests/CI): every role is a deterministic scripted LM (`dspy_adaptive.testing`), and
+LiveBench-IF uses a stand-in constraint checker (first listed constraint "followed" iff the response is
+non-empty) so the run is offline and needs no nltk data. Scores of scripted runs mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import dspy  # noqa: E402
+
+from benchmarks import FAMILIES, INPUT_FIELD  # noqa: E402
+from benchmarks import tables  # noqa: E402
+
+METHODS = ("adaptive", "gepa-fpa-all", "per-family-fpa", "mop", "seed")
+AIME_ATTEMPTS = 5
+DEFAULT_MINIBATCH = 24
+
+
+# =============================================================================================== CLI
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="Reproduce the paper's benchmark for one method (or merge finished runs with --compare).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--method", choices=METHODS, help="the method to run")
+    p.add_argument("--budget", type=int, default=18000,
+                   help="nominal search budget in scored calls (max_metric_calls); per-family-fpa gives each "
+                        "family budget/4; MoP keeps its native (~1k) schedule and reports what it used")
+    p.add_argument("--actor-lm", help="execution model: a litellm model string (passed to dspy.LM), "
+                                      "'local' or 'local:/path/model.gguf' (dspy_adaptive.lm.make_lm)")
+    p.add_argument("--reflection-lm", help="reflection / proposal model (same formats as --actor-lm)")
+    p.add_argument("--judge-lm", help="PUPA quality and leakage judges (default: --actor-lm)")
+    p.add_argument("--external-lm", help="the untrusted external model behind the ask_external_llm tool "
+                                         "(default: --reflection-lm)")
+    p.add_argument("--fast-lm", help="fast execution profile: router and 'fast' specialists (default: --actor-lm)")
+    p.add_argument("--deep-lm", help="deep execution profile: fallback P0, 'deep' specialists and the "
+                                     "single-program baselines (default: --actor-lm)")
+    p.add_argument("--embedder", help="MoP only: a dspy.Embedder model string; default a deterministic "
+                                      "offline hashed TF-IDF embedding")
+    p.add_argument("--data", default="hf", help="'hf' (Hugging Face hub) or a directory of local JSONL files "
+                                               "(e.g. ../shared/data)")
+    p.add_argument("--out", help="output directory (results.json, labels.json, tables.md, search/, phases/)")
+    p.add_argument("--seed", type=int, default=43, help="data-split and search seed (paper: 43)")
+    p.add_argument("--num-threads", type=int, default=8, help="parallel program runs")
+    p.add_argument("--sizes", action="append", default=[],
+                   help="split sizes train,val,test: 'N,N,N' for every family or 'family=N,N,N' "
+                        "(repeatable); default the paper's sizes")
+    p.add_argument("--minibatch-size", type=int, default=None,
+                   help="family-balanced reflection minibatch (default 24 = 6 per family, capped at the "
+                        "feedback-set size)")
+    p.add_argument("--max-specialists", type=int, default=5, help="Adaptive-GEPA K_max")
+    p.add_argument("--retrieval", default="auto", help="search tool backend: auto | colbertv2 | colbert_local | bm25")
+    p.add_argument("--colbert-url", help="ColBERTv2 server url for the search tool")
+    p.add_argument("--corpus", help="BM25 corpus JSONL (default <data dir>/hotpotqa_paragraphs.jsonl)")
+    p.add_argument("--aime-attempts", type=int, default=AIME_ATTEMPTS, help="test attempts per AIME problem")
+    p.add_argument("--scripted", action="store_true",
+                   help="deterministic offline scripted LMs for every role (tests/CI; scores are meaningless)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
+                   help="merge finished runs' results.json into one Table 2 (+ Table 4); writes --out/tables.md "
+                        "when --out is given")
+    return p
+
+
+def parse_sizes(values: Sequence[str]) -> dict[str, tuple[int, int, int]] | None:
+    out: dict[str, tuple[int, int, int]] = {}
+    for v in values:
+        fam, _, nums = v.rpartition("=")
+        try:
+            triple = tuple(int(x) for x in nums.split(","))
+        except ValueError:
+            raise SystemExit(f"--sizes {v!r}: expected N,N,N or family=N,N,N")
+        if len(triple) != 3 or min(triple) < 1:
+            raise SystemExit(f"--sizes {v!r}: need three positive integers train,val,test")
+        if fam and fam not in FAMILIES:
+            raise SystemExit(f"--sizes {v!r}: unknown family {fam!r} (known: {', '.join(FAMILIES)})")
+        for f in ([fam] if fam else FAMILIES):
+            out[f] = triple  # type: ignore[assignment]
+    return out or None
+
+
+# =============================================================================================== LMs
+
+def make_lm(spec: str, *, role: str) -> Any:
+    """litellm string -> dspy.LM; 'local' / 'local:/p.gguf' / '*.gguf' -> dspy_adaptive.lm.make_lm."""
+    if spec == "local" or spec.startswith("local:") or spec.lower().endswith(".gguf"):
+        try:
+            from dspy_adaptive.lm import make_lm as make_local
+        except ImportError as e:
+            raise SystemExit(f"--{role}-lm {spec!r} needs dspy_adaptive.lm.make_lm (local GGUF models), which could "
+                             f"not be imported ({e}). Install the local extra (pip install -e '.[local]') or pass a "
+                             "litellm model string.")
+        return make_local(spec)
+    if role == "reflection":
+        return dspy.LM(spec, temperature=1.0, max_tokens=32000)
+    return dspy.LM(spec)
+
+
+@dataclass
+class Roles:
+    fast: Any
+    deep: Any
+    reflection: Any
+    judge: Any
+    external: Any
+
+    def uncached(self) -> "Roles":
+        def u(lm):
+            try:
+                return lm.copy(cache=False)
+            except Exception:  # noqa: BLE001
+                return lm
+        return Roles(u(self.fast), u(self.deep), self.reflection, self.judge, self.external)
+
+
+def make_roles(args: argparse.Namespace, world: "ScriptedWorld | None") -> Roles:
+    if world is not None:
+        from dspy_adaptive.testing import scripted_lm
+        actor = scripted_lm(world.actor, model="scripted/actor")
+        return Roles(actor, actor, scripted_lm(world.reflection, model="scripted/reflection"),
+                     scripted_lm(world.judge, model="scripted/judge"),
+                     scripted_lm(world.external, model="scripted/external"))
+    missing = [o for o in ("actor_lm", "reflection_lm") if getattr(args, o) is None]
+    if missing:
+        raise SystemExit("missing " + ", ".join("--" + m.replace("_", "-") for m in missing)
+                         + " (or use --scripted for an offline scripted run)")
+    actor = make_lm(args.actor_lm, role="actor")
+    fast = make_lm(args.fast_lm, role="fast") if args.fast_lm else actor
+    deep = make_lm(args.deep_lm, role="deep") if args.deep_lm else actor
+    reflection = make_lm(args.reflection_lm, role="reflection")
+    judge = make_lm(args.judge_lm, role="judge") if args.judge_lm else actor
+    external = make_lm(args.external_lm, role="external") if args.external_lm else reflection
+    return Roles(fast, deep, reflection, judge, external)
+
+
+# =============================================================================================== scripted world
+
+MATH_DESC = "Mathematics: self-contained competition math problems that ask for an exact integer answer."
+QA_DESC = "Factual questions: short public-knowledge questions answered with retrieved evidence."
+MATH_SRC = '''class MathSolver(dspy.Module):
+    def __init__(self):
+        super().__init__()
+        self.solve = dspy.ChainOfThought("request -> response",
+                                         instructions="Solve the problem and end with the final integer answer.")
+
+    def forward(self, request):
+        return dspy.Prediction(response=self.solve(request=request).response)
+'''
+QA_SRC = '''class Researcher(dspy.Module):
+    def __init__(self):
+        super().__init__()
+        self.answer = dspy.Predict("context, request -> response",
+                                   instructions="Answer the question from the context with a short phrase.")
+
+    def forward(self, request):
+        passages = search(query=request, k=3)
+        return dspy.Prediction(response=self.answer(context="\\n".join(passages), request=request).response)
+'''
+FPA_V2_SRC = '''class Dispatch(dspy.Module):
+    def __init__(self):
+        super().__init__()
+        self.solve = dspy.ChainOfThought("request -> response",
+                                         instructions="Solve the problem and end with the final integer answer.")
+        self.respond = dspy.Predict("request -> response", instructions="Respond to the request.")
+
+    def forward(self, request):
+        # fpa-v2: dispatch in code
+        if "$" in request:
+            return dspy.Prediction(response=self.solve(request=request).response)
+        return dspy.Prediction(response=self.respond(request=request).response)
+'''
+FPA_REJECTED_SRC = "import os\n\n" + FPA_V2_SRC.replace("# fpa-v2", "# fpa-v3")  # the sandbox policy rejects it
+
+
+def looks_math(text: str) -> bool:
+    low = text.lower()
+    return "$" in text or (bool(re.search(r"\d", text)) and bool(re.search(r"\b(find|probability|remainder)\b", low)))
+
+
+def looks_question(text: str) -> bool:
+    return len(text) < 300 and text.strip().endswith("?") and not looks_math(text)
+
+
+class ScriptedWorld:
+    """Deterministic responders for every role; they read only the prompt (gold answers for AIME and
+    HotpotQA are looked up by request text so specialists that 'do the right thing' score)."""
+
+    def __init__(self, examples: Sequence[dspy.Example]):
+        self.answers = {}
+        for ex in examples:
+            if ex.family == "aime":
+                self.answers[ex.request.strip()] = ("aime", str(ex.answer))
+            elif ex.family == "hotpotqa":
+                self.answers[ex.request.strip()] = ("hotpotqa", str(ex.answer))
+
+    def actor(self, call):
+        fields = call.output_fields
+        if "slot" in fields:                                                   # router
+            specialists, request = call.field("specialists") or "", call.field(INPUT_FIELD) or ""
+            for cue, test in (("Mathematics", looks_math), ("Factual questions", looks_question)):
+                m = re.search(rf"^(\d+): {cue}", specialists, re.M)
+                if m and test(request):
+                    return {"slot": m.group(1)}
+            return {"slot": "0"}
+        request = (call.field(INPUT_FIELD) or "").strip()
+        kind, answer = self.answers.get(request, (None, None))
+        if "final integer" in call.instructions.lower() and kind == "aime":
+            return {"reasoning": "Scripted reasoning.", "response": f"The answer is {answer}."}
+        if call.field("context") is not None and kind == "hotpotqa":
+            return {"response": answer}
+        words = request.split()
+        return {"response": "Response: " + " ".join(words[:12])}
+
+    def judge(self, call):
+        if "judgment" in call.output_fields:
+            return {"reasoning": "Scripted judge.", "judgment": "True"}
+        return {"reasoning": "Scripted judge.", "num_pii_leaked": "0"}
+
+    def external(self, call):
+        return "External reply."
+
+    def reflection(self, call):
+        fields = call.output_fields
+        specialists = call.field("specialists") or ""
+        active = "\n".join(line for line in specialists.splitlines() if "(active" in line)
+        free = re.findall(r"^(\d+) \(free\)", specialists, re.M)
+        if "action" in fields:                                                 # Adaptive-GEPA: select
+            if free and ("Mathematics" not in active or "Factual" not in active):
+                return {"action": "activate", "slot": free[0]}
+            return {"action": "rewrite_router", "slot": "0"}
+        if "profile" in fields:                                                # activate
+            if "Mathematics" not in active:
+                return {"description": MATH_DESC, "program": MATH_SRC, "profile": "deep"}
+            return {"description": QA_DESC, "program": QA_SRC, "profile": "fast"}
+        if "new_program" in fields:
+            return {"new_program": MATH_SRC if "Mathematics" in (call.field("description") or "") else QA_SRC}
+        if "new_description" in fields:
+            target = call.field("target_slot") or ""
+            m = re.search(rf"^{re.escape(target)}\b.*?(Mathematics|Factual)", specialists, re.M)
+            return {"new_description": MATH_DESC if (m and m.group(1) == "Mathematics") else QA_DESC}
+        if "new_router" in fields:
+            from dspy_adaptive.library import DEFAULT_ROUTER
+            return {"new_router": DEFAULT_ROUTER}
+        if "revised_source" in fields:                                         # dspy.GEPA code proposer
+            current = call.field("current_source") or ""
+            return {"revised_source": FPA_REJECTED_SRC if "# fpa-v2" in current else FPA_V2_SRC}
+        if "instruction" in fields:                                            # MoP instruction induction
+            examples = call.field("examples") or ""
+            n = call.field("candidate_number") or "1"
+            if "$" in examples:
+                return {"instruction": f"Solve the problem and end with the final integer answer. (variant {n})"}
+            return {"instruction": f"Respond helpfully and concisely. (variant {n})"}
+        return "unsupported"
+
+
+def scripted_ifeval_checker(text: str, ids: list, kwargs: list, prompt: str) -> list:
+    """Stand-in LiveBench-IF checker for --scripted runs only (see the module docstring)."""
+    return [(iid, j == 0 and bool(text.strip()), "scripted stand-in checker") for j, iid in enumerate(ids)]
+
+
+# =============================================================================================== programs
+
+class ProfileProgram(dspy.Module):
+    """Runs `inner` with `lm` as the configured LM (one global execution profile)."""
+
+    def __init__(self, inner: dspy.Module, lm: Any):
+        super().__init__()
+        self.inner, self.lm_profile = inner, lm
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        with dspy.context(lm=self.lm_profile):
+            return self.inner(**inputs)
+
+
+@dataclass
+class Context:
+    args: argparse.Namespace
+    out: Path
+    mixture: Any
+    roles: Roles
+    metric: Any
+    tools: dict[str, Callable]
+    pool: Any
+    minibatch: int
+    progress: bool
+
+
+def build_program(method: str, spec: Mapping[str, Any], ctx: Context, roles: Roles) -> dspy.Module:
+    from benchmarks.baselines import LabelRoutedProgram, SandboxedFlex, mop_from_spec
+    from benchmarks.programs import SeedProgram
+    if method == "seed":
+        return ProfileProgram(SeedProgram(), roles.deep)
+    if method == "adaptive":
+        from dspy_adaptive import Library, RoutedProgram
+        return RoutedProgram(SeedProgram(), Library.from_dict(spec["library"]), fast_lm=roles.fast,
+                             deep_lm=roles.deep, tools=ctx.tools, sandbox=ctx.pool)
+    if method == "gepa-fpa-all":
+        return SandboxedFlex(tools=ctx.tools, lm=roles.deep, pool=ctx.pool, source=spec["module_src"])
+    if method == "per-family-fpa":
+        return LabelRoutedProgram({f: SandboxedFlex(tools=ctx.tools, lm=roles.deep, pool=ctx.pool, source=src)
+                                   for f, src in spec["module_srcs"].items()})
+    if method == "mop":
+        return ProfileProgram(mop_from_spec(spec), roles.deep)
+    raise ValueError(method)
+
+
+# =============================================================================================== phases
+
+class Phases:
+    """`<out>/phases/<name>.json` markers: a finished phase is skipped on rerun (same config only)."""
+
+    def __init__(self, out: Path, config_hash: str):
+        self.dir = out / "phases"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.config_hash = config_hash
+
+    def load(self, name: str) -> dict | None:
+        path = self.dir / f"{name}.json"
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("config_hash") != self.config_hash:
+            raise SystemExit(f"{path} belongs to a run with a different configuration; use a new --out "
+                             "(or delete the old directory to start over)")
+        return data["payload"]
+
+    def save(self, name: str, payload: dict) -> dict:
+        tmp = self.dir / f"{name}.json.tmp"
+        tmp.write_text(json.dumps({"config_hash": self.config_hash, "payload": payload}, indent=1, default=str),
+                       encoding="utf-8")
+        tmp.replace(self.dir / f"{name}.json")
+        return payload
+
+
+def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
+    done = phases.load("search")
+    if done is not None:
+        print(f"[search] already finished ({phases.dir / 'search.json'}); skipping")
+        return done
+    from benchmarks.baselines import run_gepa_fpa, run_mop
+    from benchmarks.sampler import FamilyBalancedSampler
+    mix, roles, args = ctx.mixture, ctx.roles, ctx.args
+    search_dir = ctx.out / "search"
+    t0 = time.time()
+    if method == "seed":
+        payload = {"spec": {}, "budget_used": 0, "extra": {}}
+    elif method == "adaptive":
+        from benchmarks.programs import SeedProgram
+        from dspy_adaptive import AdaptiveGEPA
+        opt = AdaptiveGEPA(ctx.metric, reflection_lm=roles.reflection, max_metric_calls=args.budget,
+                           reflection_minibatch_size=ctx.minibatch, num_threads=args.num_threads,
+                           log_dir=str(search_dir), track_stats=True, seed=args.seed,
+                           max_specialists=args.max_specialists, fast_lm=roles.fast, deep_lm=roles.deep,
+                           tools=ctx.tools, batch_sampler=FamilyBalancedSampler(), progress=ctx.progress)
+        routed = opt.compile(SeedProgram(), trainset=mix.train, valset=mix.val)
+        res = routed.detailed_results
+        routed.close()
+        payload = {"spec": {"library": routed.library.to_dict()}, "budget_used": res.total_metric_calls,
+                   "extra": {"action_counts": res.action_counts, "best_idx": res.best_idx,
+                             "best_val": res.val_aggregate_scores[res.best_idx],
+                             "candidates": len(res.candidates), "stop_reason": res.stop_reason}}
+    elif method == "gepa-fpa-all":
+        run = run_gepa_fpa(trainset=mix.train, valset=mix.val, metric=ctx.metric, reflection_lm=roles.reflection,
+                           max_metric_calls=args.budget, lm=roles.deep, tools=ctx.tools, pool=ctx.pool,
+                           sampler=FamilyBalancedSampler(), minibatch_size=ctx.minibatch,
+                           num_threads=args.num_threads, seed=args.seed, log_dir=str(search_dir / "gepa"))
+        payload = {"spec": {"module_src": run.module_src}, "budget_used": run.metric_calls,
+                   "extra": {"best_val": run.best_val, "candidates": run.num_candidates}}
+    elif method == "per-family-fpa":
+        srcs, used, extra = {}, 0, {}
+        per_budget = args.budget // len(mix.families)
+        for fam in mix.families:
+            sub = phases.load(f"search_{fam}")
+            if sub is None:
+                fs = mix.family(fam)
+                mb = max(1, min(ctx.minibatch // len(mix.families), len(fs.train)))
+                run = run_gepa_fpa(trainset=fs.train, valset=fs.val, metric=ctx.metric,
+                                   reflection_lm=roles.reflection, max_metric_calls=per_budget, lm=roles.deep,
+                                   tools=ctx.tools, pool=ctx.pool, sampler=FamilyBalancedSampler(),
+                                   minibatch_size=mb, num_threads=args.num_threads, seed=args.seed,
+                                   log_dir=str(search_dir / fam))
+                sub = phases.save(f"search_{fam}", {"module_src": run.module_src, "budget_used": run.metric_calls,
+                                                    "best_val": run.best_val, "candidates": run.num_candidates})
+            srcs[fam] = sub["module_src"]
+            used += sub["budget_used"]
+            extra[fam] = {"budget": per_budget, "used": sub["budget_used"], "best_val": sub["best_val"]}
+        payload = {"spec": {"module_srcs": srcs}, "budget_used": used, "extra": {"per_family": extra}}
+    elif method == "mop":
+        from benchmarks.baselines import DspyEmbedder
+        run = run_mop(trainset=mix.train, valset=mix.val, metric=ctx.metric, reflection_lm=roles.reflection,
+                      lm=roles.deep, embedder=DspyEmbedder(args.embedder) if args.embedder else None,
+                      num_threads=args.num_threads, seed=args.seed, progress=ctx.progress)
+        payload = {"spec": run.spec, "budget_used": run.metric_calls, "extra": run.details}
+    else:  # pragma: no cover
+        raise ValueError(method)
+    payload["seconds"] = round(time.time() - t0, 2)
+    return phases.save("search", payload)
+
+
+def _executed(obj: Any) -> int | None:
+    from dspy_adaptive import route_of
+    r = route_of(obj)
+    return None if r is None else r.executed
+
+
+def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phases) -> list[dict]:
+    done = phases.load("test")
+    if done is not None:
+        print("[test] already finished; skipping")
+        return done["rows"]
+    from dspy.utils.parallelizer import ParallelExecutor
+    from benchmarks.baselines import LabelRoutedProgram
+    cached = build_program(method, spec, ctx, ctx.roles)
+    uncached = build_program(method, spec, ctx, ctx.roles.uncached())   # AIME attempts: cache off
+    attempts = max(1, ctx.args.aime_attempts)
+    items = [(ex, a) for ex in ctx.mixture.test for a in range(attempts if ex.family == "aime" else 1)]
+
+    def one(item):
+        ex, attempt = item
+        program = uncached if ex.family == "aime" else cached
+        if isinstance(program, LabelRoutedProgram):
+            program = program.for_example(ex)     # oracle routing by the true label (reference only)
+        error = None
+        try:
+            pred = program(**ex.inputs())
+        except Exception as e:  # noqa: BLE001 - failed rollout scores 0
+            pred, error = e, f"{type(e).__name__}: {str(e)[:300]}"
+        route = _executed(pred)
+        try:
+            score = 0.0 if error else float(tables.score_of(ctx.metric(ex, pred)))
+        except Exception as e:  # noqa: BLE001
+            score, error = 0.0, f"metric failed: {type(e).__name__}: {str(e)[:300]}"
+        return {"id": str(ex.id), "family": ex.family, "attempt": attempt, "score": score, "route": route,
+                "error": error}
+
+    with dspy.context(lm=ctx.roles.deep):
+        runs = ParallelExecutor(num_threads=ctx.args.num_threads, disable_progress_bar=not ctx.progress,
+                                max_errors=10 ** 9, timeout=1800).execute(one, items)
+    rows: dict[str, dict] = {}
+    for r in runs:
+        row = rows.setdefault(r["id"], {"id": r["id"], "family": r["family"], "attempts": [], "routes": [],
+                                        "errors": []})
+        row["attempts"].append(r["score"])
+        row["routes"].append(r["route"])
+        if r["error"]:
+            row["errors"].append(r["error"])
+    out = []
+    for row in rows.values():
+        row["score"] = sum(row["attempts"]) / len(row["attempts"])   # AIME: pass@1 over attempts
+        row["route"] = row["routes"][0]                               # first attempt's executed slot
+        out.append(row)
+    phases.save("test", {"rows": out})
+    return out
+
+
+# =============================================================================================== main
+
+def config_of(args: argparse.Namespace, sizes: Any, minibatch: int) -> dict:
+    keys = ("method", "budget", "actor_lm", "reflection_lm", "judge_lm", "external_lm", "fast_lm", "deep_lm",
+            "embedder", "data", "seed", "max_specialists", "retrieval", "colbert_url", "corpus", "aime_attempts",
+            "scripted")
+    cfg = {k: getattr(args, k) for k in keys}
+    cfg["sizes"] = {f: list(v) for f, v in (sizes or {}).items()} or "paper"
+    cfg["minibatch_size"] = minibatch
+    return cfg
+
+
+def load_data(args: argparse.Namespace, sizes: Any):
+    from benchmarks.data import load_mixture
+    if args.data == "hf":
+        return load_mixture("hf", seed=args.seed, sizes=sizes)
+    return load_mixture("local", data_dir=args.data, seed=args.seed, sizes=sizes)
+
+
+def make_tools(args: argparse.Namespace, roles: Roles) -> dict[str, Callable]:
+    from benchmarks.programs import make_external_llm_tool
+    from benchmarks.retrieval import make_search_tool
+    corpus = args.corpus
+    if corpus is None and args.data != "hf":
+        corpus = str(Path(args.data) / "hotpotqa_paragraphs.jsonl")
+    search = make_search_tool(args.retrieval, url=args.colbert_url, corpus_path=corpus)
+    return {"search": search, "ask_external_llm": make_external_llm_tool(roles.external)}
+
+
+def run(args: argparse.Namespace) -> dict:
+    from benchmarks.metrics import MixtureMetric
+    from dspy_adaptive.analysis import write_labels
+    from dspy_adaptive.sandbox import SandboxPool
+    if not args.method or not args.out:
+        raise SystemExit("--method and --out are required (or use --compare RUN_DIR ...)")
+    if args.budget <= 0:
+        raise SystemExit("--budget must be positive")
+    sizes = parse_sizes(args.sizes)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    progress = not args.no_progress
+    print(f"[data] loading ({args.data}) ...")
+    mixture = load_data(args, sizes)
+    for note in mixture.notes:
+        print(f"[data] note: {note}")
+    minibatch = args.minibatch_size or min(DEFAULT_MINIBATCH, len(mixture.train))
+    config = config_of(args, sizes, minibatch)
+    config_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    phases = Phases(out, config_hash)
+
+    world = ScriptedWorld(mixture.train + mixture.val + mixture.test) if args.scripted else None
+    roles = make_roles(args, world)
+    checker = scripted_ifeval_checker if args.scripted else _ifeval_checker()
+    metric = MixtureMetric(judge_lm=roles.judge, ifeval_checker=checker)
+    tools = make_tools(args, roles)
+    pool = SandboxPool(max_workers=max(2, args.num_threads), timeout=60.0, memory_mb=1024,
+                       max_predictor_calls=100, tool_names=tuple(tools))
+    ctx = Context(args, out, mixture, roles, metric, tools, pool, minibatch, progress)
+    try:
+        with dspy.context(lm=roles.deep):   # default LM for anything without an explicit profile
+            print(f"[search] {args.method}: budget {args.budget} scored calls")
+            search = search_phase(args.method, ctx, phases)
+            print(f"[test] {len(mixture.test)} test examples (AIME x{args.aime_attempts})")
+            rows = test_phase(args.method, search["spec"], ctx, phases)
+    finally:
+        pool.close()
+
+    labels = {str(ex.id): ex.family for ex in mixture.val}
+    write_labels(labels, out)
+    if (out / "search").is_dir():
+        write_labels(labels, out / "search")   # beside AdaptiveGEPA's run.json, for the notebook
+    results = {
+        "method": args.method,
+        "budget": {"nominal": args.budget, "used": search["budget_used"]},
+        "config": config,
+        "sizes": {f: list(s) for f, s in mixture.sizes().items()},
+        "notes": mixture.notes,
+        "search": {k: v for k, v in search.items() if k != "spec"},
+        "spec": search["spec"],
+        "test": rows,
+    }
+    if args.method in ("adaptive", "mop"):
+        results["routing"] = tables.routing_from_rows(rows)
+    if args.method == "adaptive":
+        results["action_counts"] = search["extra"].get("action_counts", {})
+    summary = tables.summarize(results)
+    results["summary"] = summary
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    text = tables.render_run(results)
+    (out / "tables.md").write_text(text, encoding="utf-8")
+    print(text)
+    return results
+
+
+def _ifeval_checker():
+    try:
+        from benchmarks.ifeval import evaluate_instructions
+    except ImportError as e:
+        raise SystemExit("LiveBench-IF scoring needs benchmarks.ifeval.evaluate_instructions, which could not be "
+                         f"imported ({e}); use --scripted for an offline smoke run") from e
+    return evaluate_instructions
+
+
+def compare(dirs: Sequence[str], out: str | None) -> str:
+    results = []
+    for d in dirs:
+        path = Path(d) / "results.json"
+        if not path.exists():
+            raise SystemExit(f"{path} not found: is {d!r} a finished benchmarks.run --out directory?")
+        results.append(json.loads(path.read_text(encoding="utf-8")))
+    text = tables.render_compare(results)
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "tables.md").write_text(text, encoding="utf-8")
+    print(text)
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.compare:
+        compare(args.compare, args.out)
+        return 0
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

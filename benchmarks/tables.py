@@ -1,0 +1,167 @@
+"""Markdown tables of the paper's benchmark (Tables 2, 4, 5) from `benchmarks.run` results dicts. Pure.
+
+A results dict (``results.json``) holds at least ``method``, ``budget`` ({"nominal", "used"}) and
+``test``: one row per test example ``{"id", "family", "score", "route"?}`` where ``score`` is already
+the per-problem mean over attempts (AIME pass@1). Routed methods add ``routing`` (family -> slot ->
+count, slot keys as strings in JSON); Adaptive-GEPA adds ``action_counts`` ({action: {proposed, accepted}}).
+
+* Table 2: per-family test score ×100, family mean (primary: unweighted mean of family means),
+  example mean (every test example weighted equally), budget (scored calls used / nominal).
+* Table 4: routing agreement (%) under a post-hoc majority-family mapping of executed slots
+  (`dspy_adaptive.analysis.majority_mapping_agreement`; the fallback is its own slot 0).
+* Table 5: proposed / accepted edits by action (local edits; merges listed separately).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any, Mapping, Sequence
+
+from benchmarks import FAMILIES
+from dspy_adaptive.analysis import majority_mapping_agreement, markdown_table
+
+FAMILY_TITLES = {"hotpotqa": "HotpotQA", "aime": "AIME", "pupa": "PUPA", "livebench_if": "LB-IF"}
+METHOD_TITLES = {"seed": "Generic seed", "mop": "MoP", "gepa-fpa-all": "GEPA-FPA-ALL", "adaptive": "Adaptive-GEPA",
+                 "per-family-fpa": "Per-family GEPA-FPA (labels)"}
+ACTION_TITLES = {"activate": "Activate specialist", "rewrite_program": "Rewrite program",
+                 "rewrite_router": "Rewrite router", "rewrite_description": "Rewrite description",
+                 "deactivate": "Deactivate", "malformed": "Malformed proposal", "merge": "Merge"}
+
+
+def score_of(result: Any) -> float:
+    return float(result.score if hasattr(result, "score") else result)
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{100.0 * x:.1f}"
+
+
+def family_scores(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    groups: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        groups[r["family"]].append(float(r["score"]))
+    return {f: sum(v) / len(v) for f, v in groups.items() if v}
+
+
+def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
+    rows = results.get("test", [])
+    fam = family_scores(rows)
+    return {
+        "family_scores": fam,
+        "n": dict(Counter(r["family"] for r in rows)),
+        "family_mean": sum(fam.values()) / len(fam) if fam else None,
+        "example_mean": sum(float(r["score"]) for r in rows) / len(rows) if rows else None,
+    }
+
+
+def _families(results_list: Sequence[Mapping[str, Any]]) -> list[str]:
+    seen = {r["family"] for res in results_list for r in res.get("test", [])}
+    return [f for f in FAMILIES if f in seen] + sorted(seen - set(FAMILIES))
+
+
+def _budget(res: Mapping[str, Any]) -> str:
+    b = res.get("budget") or {}
+    used, nominal = b.get("used"), b.get("nominal")
+    if res.get("method") == "seed":
+        return "—"
+    if res.get("method") == "mop":
+        return f"{used} (native)"
+    return f"{used} / {nominal}" if nominal is not None else str(used)
+
+
+def table2(results_list: Sequence[Mapping[str, Any]]) -> str:
+    """Paper Table 2 form: one row per method."""
+    fams = _families(results_list)
+    ns = Counter()
+    for res in results_list:
+        for f, n in summarize(res)["n"].items():
+            ns[f] = max(ns[f], n)
+    headers = ["Method", "Budget (calls)"] + [f"{FAMILY_TITLES.get(f, f)} (n={ns[f]})" for f in fams] + \
+        ["Family mean", "Example mean"]
+    rows = []
+    for res in results_list:
+        s = summarize(res)
+        rows.append([METHOD_TITLES.get(res.get("method"), str(res.get("method"))), _budget(res)]
+                    + [_fmt(s["family_scores"].get(f)) for f in fams]
+                    + [_fmt(s["family_mean"]), _fmt(s["example_mean"])])
+    return markdown_table(headers, rows)
+
+
+def routing_from_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """family -> executed slot (as a string; "None" = unknown) -> test examples."""
+    table: dict[str, Counter] = defaultdict(Counter)
+    for r in rows:
+        table[r["family"]][str(r.get("route"))] += 1
+    return {f: dict(sorted(c.items())) for f, c in sorted(table.items())}
+
+
+def _routing_table(routing: Mapping[str, Mapping[Any, int]]) -> dict[str, dict[int | None, int]]:
+    def slot(k: Any) -> int | None:
+        return None if k in (None, "None", "null") else int(k)
+    return {f: {slot(k): int(n) for k, n in c.items()} for f, c in routing.items()}
+
+
+def agreement(results: Mapping[str, Any]) -> tuple[dict[str, float], float] | None:
+    routing = results.get("routing")
+    if not routing:
+        return None
+    return majority_mapping_agreement(_routing_table(routing))
+
+
+def table4(results_list: Sequence[Mapping[str, Any]]) -> str:
+    """Paper Table 4 form: family agreement (%) under a post-hoc majority-family mapping, per routed method."""
+    routed = [(res, agreement(res)) for res in results_list]
+    routed = [(res, a) for res, a in routed if a is not None]
+    if not routed:
+        return "_No routed method in these results._"
+    fams = _families([res for res, _ in routed])
+    headers = ["Family"] + [METHOD_TITLES.get(res["method"], res["method"]) for res, _ in routed]
+    rows = [[FAMILY_TITLES.get(f, f)] + [f"{a[0].get(f, 0.0):.1f}" for _, a in routed] for f in fams]
+    rows.append(["Overall"] + [f"{a[1]:.1f}" for _, a in routed])
+    return markdown_table(headers, rows)
+
+
+def routing_counts(results: Mapping[str, Any]) -> str:
+    """family x executed slot counts on the test set (slot 0 = fallback for Adaptive-GEPA; clusters for MoP)."""
+    table = _routing_table(results.get("routing") or {})
+    slots = sorted({s for c in table.values() for s in c}, key=lambda s: (s is None, s or 0))
+    label = (lambda s: "fallback" if s == 0 else "unknown" if s is None else f"slot {s}") \
+        if results.get("method") == "adaptive" else (lambda s: "unknown" if s is None else f"cluster {s}")
+    fams = [f for f in FAMILIES if f in table] + sorted(set(table) - set(FAMILIES))
+    rows = [[FAMILY_TITLES.get(f, f)] + [table[f].get(s, 0) for s in slots] for f in fams]
+    return markdown_table(["Family"] + [label(s) for s in slots], rows)
+
+
+def table5(action_counts: Mapping[str, Mapping[str, int]]) -> str:
+    """Paper Table 5 form: local edits proposed / accepted by action, a local total, then merges."""
+    local = [(a, c) for a, c in action_counts.items() if a != "merge"]
+    rows = [[ACTION_TITLES.get(a, a), int(c.get("proposed", 0)), int(c.get("accepted", 0))] for a, c in local]
+    rows.append(["**Total (local)**", sum(int(c.get("proposed", 0)) for _, c in local),
+                 sum(int(c.get("accepted", 0)) for _, c in local)])
+    if "merge" in action_counts:
+        m = action_counts["merge"]
+        rows.append(["Merge", int(m.get("proposed", 0)), int(m.get("accepted", 0))])
+    return markdown_table(["Edit", "Proposed", "Accepted"], rows)
+
+
+def render_run(results: Mapping[str, Any]) -> str:
+    title = METHOD_TITLES.get(results.get("method"), results.get("method"))
+    parts = [f"# {title}: test results", "", "## Table 2 — test score (×100)", "", table2([results]), ""]
+    if results.get("routing"):
+        parts += ["## Table 4 — routing agreement (%) under a post-hoc majority-family mapping (test)", "",
+                  table4([results]), "", "Executed-slot counts:", "", routing_counts(results), ""]
+    if results.get("method") == "adaptive":
+        parts += ["## Table 5 — proposed / accepted edits by action", "", table5(results.get("action_counts") or {}),
+                  ""]
+    return "\n".join(parts)
+
+
+def render_compare(results_list: Sequence[Mapping[str, Any]]) -> str:
+    parts = ["# Benchmark comparison", "", "## Table 2 — test score (×100)", "", table2(results_list), ""]
+    if any(res.get("routing") for res in results_list):
+        parts += ["## Table 4 — routing agreement (%) (test)", "", table4(results_list), ""]
+    return "\n".join(parts)
+
+
+__all__ = ["agreement", "family_scores", "render_compare", "render_run", "routing_counts", "routing_from_rows",
+           "score_of", "summarize", "table2", "table4", "table5"]
