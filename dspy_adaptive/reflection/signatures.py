@@ -10,9 +10,13 @@
 Deactivation makes no LM call.
 """
 
+from typing import Literal
+
 import dspy
 
 ACTIONS = ("activate", "rewrite_program", "rewrite_description", "rewrite_router", "deactivate")
+# Typed outputs: a JSON-schema adapter (and llama.cpp's grammar) can then only emit valid choices.
+Action = Literal["activate", "rewrite_program", "rewrite_description", "rewrite_router", "deactivate"]
 
 
 class SelectAction(dspy.Signature):
@@ -38,8 +42,8 @@ class SelectAction(dspy.Signature):
     usage: str = dspy.InputField(desc="how many minibatch requests each slot executed")
     history: str = dspy.InputField(desc="recent proposals on this library's lineage and their outcomes")
     traces: str = dspy.InputField(desc="the minibatch records")
-    action: str = dspy.OutputField(desc="one of: activate, rewrite_program, rewrite_description, rewrite_router, deactivate")
-    slot: str = dspy.OutputField(desc="the target slot number (a free slot for activate; any number for rewrite_router)")
+    action: Action = dspy.OutputField(desc="the one action to take")
+    slot: int = dspy.OutputField(desc="the target slot number (a free slot for activate; 0 for rewrite_router)")
 
 
 class ActivateSlot(dspy.Signature):
@@ -57,7 +61,7 @@ class ActivateSlot(dspy.Signature):
     program_contract: str = dspy.InputField(desc="how a specialist program must be written")
     description: str = dspy.OutputField(desc="what requests this specialist handles")
     program: str = dspy.OutputField(desc="the complete Python source of the specialist")
-    profile: str = dspy.OutputField(desc='"fast" or "deep"')
+    profile: Literal["fast", "deep"] = dspy.OutputField(desc="the LM profile the specialist runs on")
 
 
 class RewriteProgram(dspy.Signature):

@@ -131,7 +131,7 @@ def test_bad_reflections_are_recorded_rejections(data, kind):
                                                        valset=val).detailed_results
     reflect = [p for p in res.proposals if p["kind"] == "reflect"]
     assert reflect and all(not p["accepted"] and p["reason"] for p in reflect)
-    expected = {"malformed": "unknown action", "impossible_target": "not active",
+    expected = {"malformed": "action selection failed", "impossible_target": "not active",
                 "sandbox_rejected": "rejected by the sandbox"}[kind]
     assert all(expected in p["reason"] for p in reflect)
     if kind == "sandbox_rejected":
