@@ -66,7 +66,9 @@ def strip_code(text: str) -> str:
 
 
 def _parse_slot(text: Any) -> int | None:
-    m = re.search(r"\d+", str(text or ""))
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    m = re.search(r"\d+", "" if text is None else str(text))
     return int(m.group()) if m else None
 
 
@@ -114,6 +116,8 @@ class Reflector:
             return Edit(None, None, None, f"action selection failed: {type(e).__name__}: {str(e)[:300]}")
         action = str(choice.action or "").strip().lower().replace(" ", "_").replace("-", "_")
         slot = _parse_slot(choice.slot)
+        if action == "activate" and parent.inactive_ids() and slot not in parent.inactive_ids():
+            slot = parent.inactive_ids()[0]  # any free slot serves an activation: take the lowest
         problem = self._validate_target(parent, action, slot)
         if problem:
             return Edit(action or None, slot, None, problem)
