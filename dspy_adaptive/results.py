@@ -102,6 +102,7 @@ def fault_summary(engine: Any) -> dict[str, Any]:
                           and " failed: " in p.reason]
     return {"failed_rollouts": sum(by_type.values()), "failed_rollouts_by_type": dict(by_type),
             "metric_faults": sum(1 for r in results if r.metric_note),
+            "router_fallbacks": sum(1 for r in results if (r.fallback_reason or "").startswith("router answer")),
             "failed_reflections": len(failed_reflections), "lost_to_interruptions": engine.lost_calls}
 
 

@@ -43,6 +43,9 @@ class Edit:
 def program_contract(input_names: Sequence[str], output_names: Sequence[str], tools: Sequence[str]) -> str:
     args = ", ".join(input_names)
     outs = ", ".join(f"{o}=..." for o in output_names)
+    sig = f"{', '.join(input_names)} -> {', '.join(output_names)}"
+    call = ", ".join(f"{i}={i}" for i in input_names)
+    ret = ", ".join(f"{o}=out.{o}" for o in output_names)
     tool_text = ("Tools callable as plain functions: " + ", ".join(f"{t}(...)" for t in tools) + ".") if tools \
         else "No tools are available."
     return (
@@ -55,6 +58,14 @@ def program_contract(input_names: Sequence[str], output_names: Sequence[str], to
         f"- Allowed imports: {ALLOWED_IMPORTS}. No files, processes, network, eval/exec, getattr tricks or "
         "names starting with an underscore: the sandbox rejects them.\n"
         f"- {tool_text}\n"
+        "A complete, valid example to adapt:\n"
+        "class Specialist(dspy.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        f"        self.solve = dspy.ChainOfThought(\"{sig}\", instructions=\"Solve the request step by step.\")\n\n"
+        f"    def forward(self, {args}):\n"
+        f"        out = self.solve({call})\n"
+        f"        return dspy.Prediction({ret})\n"
         "Return only the Python source."
     )
 

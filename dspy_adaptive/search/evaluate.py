@@ -107,7 +107,7 @@ class Evaluator:
         if todo:
             program = self.base.with_library(library)
             t0 = time.perf_counter()
-            fresh = self._map(lambda r: self._score_row(program, r), todo)
+            fresh = self._map(lambda r: self._score_and_log(program, r, tag, key), todo)
             if self.schedule is not None:
                 depth = max(sum(1 for s in r.steps) for r in fresh)
                 self.schedule.record(kind, len(fresh), depth, t0, time.perf_counter())
@@ -115,9 +115,6 @@ class Evaluator:
             with self._lock:
                 for res in fresh:
                     self.cache[(key, res.row_id)] = res
-            if self.on_new_result is not None:
-                for res in fresh:
-                    self.on_new_result(tag, key, res)
         with self._lock:
             return tuple(self.cache[(key, r.id)] for r in rows)
 
@@ -126,6 +123,13 @@ class Evaluator:
             return [fn(r) for r in rows]
         futures = [self._pool.submit(contextvars.copy_context().run, fn, r) for r in rows]
         return [f.result() for f in futures]
+
+    def _score_and_log(self, program: RoutedProgram, row: Row, tag: int, key: str) -> RowResult:
+        """Score one row and log it at once: a kill mid-batch must not hide calls already made."""
+        res = self._score_row(program, row)
+        if self.on_new_result is not None:
+            self.on_new_result(tag, key, res)
+        return res
 
     def _score_row(self, program: RoutedProgram, row: Row) -> RowResult:
         with dspy.context(trace=[]):
