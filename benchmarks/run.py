@@ -17,9 +17,8 @@ router and `fast` specialists run on --fast-lm, the fallback/seed P0 and `deep` 
 --deep-lm (both default to --actor-lm). The single-program baselines (seed, GEPA-FPA, MoP) use one
 global profile, deep (paper Appendix D: "the selected program uses deep").
 
-`--scripted` (tests/CI): every role is a deterministic scripted LM (`dspy_adaptive.testing`), and
-LiveBench-IF uses a stand-in constraint checker (first listed constraint "followed" iff the response is
-non-empty) so the run is offline and needs no nltk data. Scores of scripted runs mean nothing.
+`--scripted` (tests/CI): every role is a deterministic scripted LM (`dspy_adaptive.testing`); metrics
+and LiveBench-IF checkers are the real ones (pure Python, offline). Scores of scripted runs mean nothing.
 """
 
 from __future__ import annotations
@@ -285,13 +284,6 @@ class ScriptedWorld:
         return "unsupported"
 
 
-def scripted_ifeval_checker(text: str, ids: list, kwargs: list, prompt: str) -> list:
-    """Stand-in LiveBench-IF checker for --scripted runs only (see the module docstring)."""
-    return [(iid, j == 0 and bool(text.strip()), "scripted stand-in checker") for j, iid in enumerate(ids)]
-
-
-# =============================================================================================== programs
-
 class ProfileProgram(dspy.Module):
     """Runs `inner` with `lm` as the configured LM (one global execution profile)."""
 
@@ -537,7 +529,7 @@ def run(args: argparse.Namespace) -> dict:
 
     world = ScriptedWorld(mixture.train + mixture.val + mixture.test) if args.scripted else None
     roles = make_roles(args, world)
-    checker = scripted_ifeval_checker if args.scripted else _ifeval_checker()
+    checker = _ifeval_checker()   # the real checkers are pure Python, so scripted runs use them too
     metric = MixtureMetric(judge_lm=roles.judge, ifeval_checker=checker)
     tools = make_tools(args, roles)
     pool = SandboxPool(max_workers=max(2, args.num_threads), timeout=60.0, memory_mb=1024,
