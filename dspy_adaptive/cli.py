@@ -203,7 +203,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     d.add_argument("--actor-lm", default="local", help="actor/router LM: 'local', 'local:/path.gguf' or litellm string")
     d.add_argument("--reflection-lm", default="local", help="reflection LM (same forms)")
     d.add_argument("--judge-lm", default=None, help="PUPA judge LM (default: the actor LM)")
-    d.add_argument("--budget", type=int, default=90, help="max_metric_calls (default 90)")
+    d.add_argument("--budget", type=int, default=64,
+                   help="max_metric_calls (default 64: the seed's 32 validation rows plus ~8 iterations)")
     d.add_argument("--minibatch", type=int, default=4, help="reflection minibatch size (default 4, 1 per family)")
     d.add_argument("--max-specialists", type=int, default=4)
     d.add_argument("--threads", type=int, default=2)

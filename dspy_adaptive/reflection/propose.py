@@ -34,6 +34,7 @@ class Edit:
     child: Library | None
     reason: str | None = None  # set when rejected
     rationale: str = ""
+    rejected_source: str | None = None  # the source the sandbox refused, kept for the run record
 
     @property
     def rejected(self) -> bool:
@@ -174,7 +175,7 @@ class Reflector:
                 return Edit(action, slot, None, "activate returned no description")
             problem = _check_source(source)
             if problem:
-                return Edit(action, slot, None, problem)
+                return Edit(action, slot, None, problem, rejected_source=source)
             return Edit(action, slot, parent.with_slot(slot, target.activated(description, source, profile)))
         if action == "rewrite_program":
             out = self._call(self.rewrite_program, traces=traces, description=target.description,
@@ -182,7 +183,7 @@ class Reflector:
             source = strip_code(out.new_program)
             problem = _check_source(source)
             if problem:
-                return Edit(action, slot, None, problem)
+                return Edit(action, slot, None, problem, rejected_source=source)
             return self._changed(parent, action, slot, parent.with_slot(slot, target.with_program(source)))
         # rewrite_description
         out = self._call(self.rewrite_description, traces=traces, specialists=render_slots(parent),

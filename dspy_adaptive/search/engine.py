@@ -238,8 +238,9 @@ class SearchEngine:
                                 reason="parent is perfect on the whole minibatch", **base)
         edit = out.edit
         if edit.rejected:
+            details = {"rejected_source": edit.rejected_source[:6000]} if edit.rejected_source else {}
             return self._record(kind="reflect", action=edit.action, slot=edit.slot, child_sum=None,
-                                accepted=False, reason=edit.reason, **base)
+                                accepted=False, reason=edit.reason, details=details, **base)
         child = None
         if out.val_results is not None:                                                            # archive
             child = self.archive.add(edit.child, (job.parent.index,), edit.action, out.val_results,

@@ -136,6 +136,7 @@ def test_bad_reflections_are_recorded_rejections(data, kind):
     assert all(expected in p["reason"] for p in reflect)
     if kind == "sandbox_rejected":
         assert "os" in reflect[0]["reason"]
+        assert "import os" in reflect[0]["details"]["rejected_source"]   # kept for people reading the run
     assert len(res.candidates) == 1
 
 
