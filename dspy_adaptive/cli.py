@@ -98,11 +98,18 @@ def demo(args: argparse.Namespace) -> Path:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    fast = _lm(args.actor_lm, temperature=0.3, max_tokens=args.max_tokens)
-    deep = _lm(args.actor_lm, temperature=0.6, max_tokens=args.max_tokens)
-    reflection = _lm(args.reflection_lm, temperature=1.0, max_tokens=args.reflection_max_tokens)
-    judge = _lm(args.judge_lm or args.actor_lm, temperature=0.0, max_tokens=64)
     train, val, test = _demo_examples()
+    if args.actor_lm == "scripted":  # tests: deterministic scripted LMs for every role
+        from benchmarks.run import ScriptedWorld
+        from dspy_adaptive.testing import scripted_lm
+        world = ScriptedWorld(train + val + test)
+        fast = deep = scripted_lm(world.actor, model="scripted/actor")
+        reflection, judge = scripted_lm(world.reflection), scripted_lm(world.judge)
+    else:
+        fast = _lm(args.actor_lm, temperature=0.3, max_tokens=args.max_tokens)
+        deep = _lm(args.actor_lm, temperature=0.6, max_tokens=args.max_tokens)
+        reflection = _lm(args.reflection_lm, temperature=1.0, max_tokens=args.reflection_max_tokens)
+        judge = _lm(args.judge_lm or args.actor_lm, temperature=0.0, max_tokens=64)
     metric = MixtureMetric(judge_lm=judge)
     search = make_search_tool(backend="bm25", corpus_path=demo_corpus_path())
     seed = SeedProgram()
@@ -114,7 +121,8 @@ def demo(args: argparse.Namespace) -> Path:
     optimizer = AdaptiveGEPA(
         metric, reflection_lm=reflection, max_metric_calls=args.budget, reflection_minibatch_size=args.minibatch,
         batch_sampler=FamilyBalancedSampler(), max_specialists=args.max_specialists, num_threads=args.threads,
-        fast_lm=fast, deep_lm=deep, tools=[search], log_dir=str(out / "search"), track_stats=True, seed=args.seed)
+        fast_lm=fast, deep_lm=deep, tools=[search], log_dir=str(out / "search"), track_stats=True, seed=args.seed,
+        max_idle_iterations=args.max_idle)
     routed = optimizer.compile(seed, trainset=train, valset=val)
     write_labels({e.id: e.family for e in val}, out / "search")
     result = load_run(out / "search")
@@ -200,7 +208,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="run the offline demo end to end (resumes on rerun)")
     d.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
-    d.add_argument("--actor-lm", default="local", help="actor/router LM: 'local', 'local:/path.gguf' or litellm string")
+    d.add_argument("--actor-lm", default="local",
+                   help="actor/router LM: 'local', 'local:/path.gguf', a litellm string, or 'scripted' (tests)")
     d.add_argument("--reflection-lm", default="local", help="reflection LM (same forms)")
     d.add_argument("--judge-lm", default=None, help="PUPA judge LM (default: the actor LM)")
     d.add_argument("--budget", type=int, default=64,
@@ -211,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     d.add_argument("--max-tokens", type=int, default=256, help="actor max tokens per call")
     d.add_argument("--reflection-max-tokens", type=int, default=700)
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--max-idle", type=int, default=6,
+                   help="stop after this many iterations in a row that spend no scored call (default 6)")
     args = p.parse_args(argv)
     if args.command == "demo":
         demo(args)

@@ -94,6 +94,7 @@ class AdaptiveGEPA(Teleprompter):
         sandbox: SandboxSettings | None = None,
         max_concurrent_proposals: int = 1,
         route_memo: bool = True,
+        max_idle_iterations: int = 20,
         progress: bool = True,
     ):
         super().__init__()
@@ -147,6 +148,9 @@ class AdaptiveGEPA(Teleprompter):
         self.sandbox_settings = sandbox or SandboxSettings()
         self.max_concurrent_proposals = max_concurrent_proposals
         self.route_memo = route_memo
+        if not isinstance(max_idle_iterations, int) or max_idle_iterations < 1:
+            raise InputError(f"max_idle_iterations must be an integer >= 1, got {max_idle_iterations!r}")
+        self.max_idle_iterations = max_idle_iterations
         self.progress = progress
 
     # -- budget --------------------------------------------------------------------------------------
@@ -182,7 +186,8 @@ class AdaptiveGEPA(Teleprompter):
             skip_perfect_score=self.skip_perfect_score, perfect_score=self.perfect_score,
             failure_score=self.failure_score, seed=self.seed, use_merge=self.use_merge,
             max_merge_invocations=self.max_merge_invocations, merge_cadence=self.merge_cadence,
-            alignment=self.alignment, max_concurrent_proposals=self.max_concurrent_proposals)
+            alignment=self.alignment, max_concurrent_proposals=self.max_concurrent_proposals,
+            max_idle_iterations=self.max_idle_iterations)
         s = self.sandbox_settings
         base = RoutedProgram(student, Library.empty(self.max_specialists), fast_lm=self.fast_lm,
                              deep_lm=self.deep_lm, tools=self.tools)
@@ -254,7 +259,7 @@ class AdaptiveGEPA(Teleprompter):
             program_state = json.dumps(student.dump_state(), sort_keys=True, default=str)
         except Exception:
             program_state = repr(student)
-        config = {k: v for k, v in settings.__dict__.items() if k != "max_metric_calls"}
+        config = {k: v for k, v in settings.__dict__.items() if k not in ("max_metric_calls", "max_idle_iterations")}
         payload = {
             "program": type(student).__qualname__, "program_state": program_state, "config": config,
             "max_specialists": self.max_specialists, "candidate_selection": self.candidate_selection_strategy,
