@@ -58,7 +58,7 @@ import numpy as np
 
 from benchmarks import FAMILIES, INPUT_FIELD, OUTPUT_FIELD
 from benchmarks.programs import GenericTask, SeedProgram
-from dspy_adaptive.routed_program import RouteRecord, _normalise_tools
+from dspy_adaptive.routed_program import PredictorBridge, RouteRecord, normalise_tools
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
 
 # -----------------------------------------------------------------------------------------------
@@ -108,33 +108,6 @@ class _FlexRuntime:
             return self._predictors[key]
 
 
-def _jsonable(value: Any) -> Any:
-    import json
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return str(value)
-
-
-class _FlexBridge:
-    """Host side of the sandboxed module's predictor and tool calls (runs in the calling thread)."""
-
-    def __init__(self, runtime: _FlexRuntime, lm: Any):
-        self.runtime, self.lm = runtime, lm
-
-    def predict(self, *, name: str, kind: str, signature: str, instructions: str | None, inputs: dict) -> dict:
-        predictor = self.runtime.predictor(name, kind, signature, instructions)
-        with dspy.context(lm=self.lm):
-            pred = predictor(**inputs)
-        return {k: _jsonable(v) for k, v in pred.items()}
-
-    def tool(self, *, name: str, kwargs: dict) -> Any:
-        if name not in self.runtime.tools:
-            raise NameError(f"no tool named {name!r}")
-        return _jsonable(self.runtime.tools[name](**kwargs))
-
-
 def _named_tool(name: str, fn: Callable) -> Any:
     return fn if getattr(fn, "__name__", None) == name else dspy.Tool(fn, name=name)
 
@@ -149,7 +122,7 @@ class SandboxedFlex(dspy.Flex):
 
     def __init__(self, signature: Any = GenericTask, *, tools: Mapping[str, Callable] | Sequence[Callable] | None = None,
                  lm: Any = None, pool: SandboxPool | None = None, source: str | None = None):
-        tools = _normalise_tools(tools)
+        tools = normalise_tools(tools)
         super().__init__(signature, tools=[_named_tool(n, f) for n, f in tools.items()],
                          interpreter_factory=_no_interpreter, max_predictor_calls=None)
         self._runtime = _FlexRuntime(lm, tools, pool)
@@ -199,7 +172,7 @@ class SandboxedFlex(dspy.Flex):
         if not compiled.ok:
             raise SpecialistError("the module source was rejected: " + "; ".join(compiled.reasons), kind="policy")
         lm = self.lm or self._runtime.lm or dspy.settings.lm
-        fields = self._runtime.pool.run(compiled.program, dict(kwargs), _FlexBridge(self._runtime, lm))
+        fields = self._runtime.pool.run(compiled.program, dict(kwargs), PredictorBridge(self._runtime.predictor, self._runtime.tools, lm, role_name="program"))
         return dspy.Prediction(**fields)
 
     def __deepcopy__(self, memo: dict) -> "SandboxedFlex":

@@ -109,7 +109,7 @@ def demo(args: argparse.Namespace) -> Path:
         fast = _lm(args.actor_lm, temperature=0.3, max_tokens=args.max_tokens)
         deep = _lm(args.actor_lm, temperature=0.6, max_tokens=args.max_tokens)
         reflection = _lm(args.reflection_lm, temperature=1.0, max_tokens=args.reflection_max_tokens)
-        judge = _lm(args.judge_lm or args.actor_lm, temperature=0.0, max_tokens=64)
+        judge = _lm(args.judge_lm or args.actor_lm, temperature=0.0, max_tokens=256)
     metric = MixtureMetric(judge_lm=judge)
     search = make_search_tool(backend="bm25", corpus_path=demo_corpus_path())
     seed = SeedProgram()
@@ -147,7 +147,7 @@ def demo(args: argparse.Namespace) -> Path:
     plot_lineage(result, out / "lineage.png")
     plot_family_scores(result, {e.id: e.family for e in val}, out / "family_scores.png")
     plot_routing_heatmap(_with_test_routes(result, tests["optimized"]), test_labels, out / "routing_heatmap.png",
-                         candidate=result.best_idx)
+                         candidate=result.best_idx, split="test")
     wall = time.perf_counter() - started
     (out / "report.md").write_text(render_report(result, tests, args, wall), encoding="utf-8")
     routed.close()

@@ -46,7 +46,7 @@ def plot_learning_curve(result: AdaptiveGEPAResult, path: str | Path) -> Path:
 
 
 def plot_routing_heatmap(result: AdaptiveGEPAResult, row_labels: Mapping[str, str], path: str | Path,
-                         candidate: int | None = None) -> Path:
+                         candidate: int | None = None, split: str = "validation") -> Path:
     """Family × slot counts of the rows each slot executed (default: the best candidate)."""
     idx = result.best_idx if candidate is None else candidate
     table = analysis.routing_table(result, row_labels, candidate=idx)
@@ -59,7 +59,7 @@ def plot_routing_heatmap(result: AdaptiveGEPAResult, row_labels: Mapping[str, st
     grid = [[table.get(lab, {}).get(s, 0) for s in slots] for lab in labels]
     _, overall = analysis.majority_mapping_agreement(table)
 
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.1 * len(slots) + 2.5), max(2.8, 0.55 * len(labels) + 1.8)))
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.1 * len(slots) + 2.5), max(2.8, 0.55 * len(labels) + 1.8)))
     im = ax.imshow(grid, cmap="Blues", aspect="auto", vmin=0)
     top = max((v for r in grid for v in r), default=0) or 1
     for i, r in enumerate(grid):
@@ -76,7 +76,7 @@ def plot_routing_heatmap(result: AdaptiveGEPAResult, row_labels: Mapping[str, st
     ax.set_yticks(range(len(labels)), labels)
     ax.set_xlabel("slot that executed")
     ax.set_ylabel("family")
-    ax.set_title(f"Routing of candidate #{idx} on validation (agreement {overall:.0f}%)")
+    ax.set_title(f"Routing of candidate #{idx} on {split}\n(post-hoc agreement {overall:.0f}%)", fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="rows")
     fig.tight_layout()
     return _save(fig, path)

@@ -97,7 +97,7 @@ def _router_signature(input_names: tuple[str, ...], instructions: str) -> type[d
     return dspy.Signature(fields, instructions)
 
 
-def _normalise_tools(tools: Mapping[str, Callable] | Sequence[Callable] | None) -> dict[str, Callable]:
+def normalise_tools(tools: Mapping[str, Callable] | Sequence[Callable] | None) -> dict[str, Callable]:
     if tools is None:
         return {}
     if isinstance(tools, Mapping):
@@ -120,22 +120,26 @@ def _jsonable(value: Any) -> Any:
         return str(value)
 
 
-class _HostBridge:
-    """Host side of a specialist's predictor and tool calls (runs in the calling thread)."""
+class PredictorBridge:
+    """Host side of a sandboxed program's predictor and tool calls (runs in the calling thread, so DSPy's
+    trace and context apply). `predictor(name, kind, signature, instructions)` returns the host predictor
+    to run; `lm` is the profile LM; `role_name` files LM usage under that role. Shared by RoutedProgram's
+    specialists and the single-program baselines."""
 
-    def __init__(self, owner: "RoutedProgram", slot: int, lm: Any):
-        self.owner, self.slot, self.lm = owner, slot, lm
+    def __init__(self, predictor: Callable[[str, str, str, str | None], dspy.Module], tools: Mapping[str, Callable],
+                 lm: Any, role_name: str = "specialist"):
+        self._predictor, self.tools, self.lm, self.role_name = predictor, tools, lm, role_name
 
     def predict(self, *, name: str, kind: str, signature: str, instructions: str | None, inputs: dict) -> dict:
-        predictor = self.owner._specialist_predictor(self.slot, name, kind, signature, instructions)
-        with dspy.context(lm=self.lm), role("specialist"):
+        predictor = self._predictor(name, kind, signature, instructions)
+        with dspy.context(lm=self.lm), role(self.role_name):
             pred = predictor(**inputs)
         return {k: _jsonable(v) for k, v in pred.items()}
 
     def tool(self, *, name: str, kwargs: dict) -> Any:
-        if name not in self.owner.tools:
+        if name not in self.tools:
             raise NameError(f"no tool named {name!r}")
-        return _jsonable(self.owner.tools[name](**kwargs))
+        return _jsonable(self.tools[name](**kwargs))
 
 
 class RoutedProgram(dspy.Module):
@@ -163,7 +167,7 @@ class RoutedProgram(dspy.Module):
             raise TypeError("library must be a dspy_adaptive.Library")
         self.fast_lm = fast_lm
         self.deep_lm = deep_lm
-        self.tools = _normalise_tools(tools)
+        self.tools = normalise_tools(tools)
         self._sandbox = sandbox
         self._owns_sandbox = sandbox is None
         self._lock = threading.Lock()
@@ -256,7 +260,8 @@ class RoutedProgram(dspy.Module):
     def _run_specialist(self, k: int, inputs: dict, selected: int | None, answer: str | None):
         slot = self.library.slot(k)
         program = compile_program(slot.program_source).program
-        bridge = _HostBridge(self, k, self.lm_for(slot.profile))
+        bridge = PredictorBridge(lambda *key: self._specialist_predictor(k, *key), self.tools,
+                                 self.lm_for(slot.profile))
         try:
             fields = self.sandbox.run(program, dict(inputs), bridge)
         except SpecialistError as e:
@@ -344,5 +349,5 @@ class RoutedProgram(dspy.Module):
         return f"RoutedProgram(active=[{active}], fallback={type(self.fallback).__name__})"
 
 
-__all__ = ["RoutedProgram", "RouteRecord", "SpecialistRuntimeError", "route_of", "parse_slot_answer",
+__all__ = ["PredictorBridge", "normalise_tools", "RoutedProgram", "RouteRecord", "SpecialistRuntimeError", "route_of", "parse_slot_answer",
            "render_specialists", "INACTIVE"]

@@ -14,6 +14,7 @@ import inspect
 import json
 import math
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -24,7 +25,7 @@ from dspy_adaptive.data import InputError, Row, input_keys, make_rows
 from dspy_adaptive.library import Library
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.results import AdaptiveGEPAResult, write_run_record
-from dspy_adaptive.routed_program import RoutedProgram, _normalise_tools
+from dspy_adaptive.routed_program import RoutedProgram, normalise_tools
 from dspy_adaptive.sandbox import SandboxPool
 from dspy_adaptive.search.budget import Budget
 from dspy_adaptive.search.checkpoint import CheckpointStore
@@ -57,6 +58,13 @@ def _check_metric(metric: Callable) -> None:
             "`def metric(gold, pred, trace=None, pred_name=None, pred_trace=None)`.") from e
     except ValueError:
         pass  # builtins without a signature: accept
+
+
+def _warm_quietly(pool: SandboxPool) -> None:
+    try:
+        pool.warm()
+    except Exception:  # a pool closed early or a spawn failure surfaces on first real use instead
+        pass
 
 
 class AdaptiveGEPA(Teleprompter):
@@ -194,6 +202,9 @@ class AdaptiveGEPA(Teleprompter):
         pool = SandboxPool(max_workers=max(2, self.num_threads or 1), timeout=s.timeout, memory_mb=s.memory_mb,
                            max_predictor_calls=s.max_predictor_calls, tool_names=tuple(base.tools))
         base._sandbox, base._owns_sandbox = pool, False
+        # start the sandbox workers while the seed validates (it runs no specialist): their start-up
+        # (~60 ms each) then never sits on a proposal's critical path
+        threading.Thread(target=_warm_quietly, args=(pool,), name="sandbox-warm", daemon=True).start()
         if self.route_memo:
             base.share_route_memo()
         fingerprint = self._fingerprint(student, train, val, settings)
@@ -264,7 +275,7 @@ class AdaptiveGEPA(Teleprompter):
             "program": type(student).__qualname__, "program_state": program_state, "config": config,
             "max_specialists": self.max_specialists, "candidate_selection": self.candidate_selection_strategy,
             "train": [r.id for r in train], "val": [r.id for r in val],
-            "tools": sorted(_normalise_tools(self.tools)),
+            "tools": sorted(normalise_tools(self.tools)),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
