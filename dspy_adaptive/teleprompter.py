@@ -14,7 +14,6 @@ import inspect
 import json
 import math
 import os
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -58,13 +57,6 @@ def _check_metric(metric: Callable) -> None:
             "`def metric(gold, pred, trace=None, pred_name=None, pred_trace=None)`.") from e
     except ValueError:
         pass  # builtins without a signature: accept
-
-
-def _warm_quietly(pool: SandboxPool) -> None:
-    try:
-        pool.warm()
-    except Exception:  # a pool closed early or a spawn failure surfaces on first real use instead
-        pass
 
 
 class AdaptiveGEPA(Teleprompter):
@@ -202,9 +194,6 @@ class AdaptiveGEPA(Teleprompter):
         pool = SandboxPool(max_workers=max(2, self.num_threads or 1), timeout=s.timeout, memory_mb=s.memory_mb,
                            max_predictor_calls=s.max_predictor_calls, tool_names=tuple(base.tools))
         base._sandbox, base._owns_sandbox = pool, False
-        # start the sandbox workers while the seed validates (it runs no specialist): their start-up
-        # (~60 ms each) then never sits on a proposal's critical path
-        threading.Thread(target=_warm_quietly, args=(pool,), name="sandbox-warm", daemon=True).start()
         if self.route_memo:
             base.share_route_memo()
         fingerprint = self._fingerprint(student, train, val, settings)
