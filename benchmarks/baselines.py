@@ -44,9 +44,7 @@
 from __future__ import annotations
 
 import ast
-import copy
 import hashlib
-import math
 import random
 import re
 import threading
@@ -56,7 +54,7 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 import numpy as np
 
-from benchmarks import FAMILIES, INPUT_FIELD, OUTPUT_FIELD
+from benchmarks import INPUT_FIELD, OUTPUT_FIELD
 from benchmarks.programs import GenericTask, SeedProgram
 from dspy_adaptive.routed_program import PredictorBridge, RouteRecord, normalise_tools
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program

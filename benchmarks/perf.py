@@ -52,7 +52,7 @@ def examples(n: int, offset: int) -> list[dspy.Example]:
 
 def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
     ok = str(getattr(pred, "answer", "")).strip() == gold.answer
-    return dspy.Prediction(score=float(ok), feedback="correct" if ok else f"wrong: expected the code of the item")
+    return dspy.Prediction(score=float(ok), feedback="correct" if ok else "wrong: expected the code of the item")
 
 
 def _quality(text: str) -> int:

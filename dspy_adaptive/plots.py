@@ -117,7 +117,7 @@ def plot_lineage(result: AdaptiveGEPAResult, path: str | Path) -> Path:
     fig_w = min(max(5.0, 1.25 * width + 1.5), 40.0)
     fig_h = min(max(3.5, 1.25 * n_gens + 1.4), 40.0)
     fig, ax = plt.subplots(figsize=(fig_w, fig_h))
-    box_w, box_h = 0.36, 0.30
+    box_h = 0.30
     node_r = 0.5 * box_h
 
     for parent, child, kind in analysis.lineage_edges(result):

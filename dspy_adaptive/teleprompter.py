@@ -250,8 +250,7 @@ class AdaptiveGEPA(Teleprompter):
         evaluator.cache.update(cache)
         engine.lost_calls += dropped   # really spent, but by an iteration the interruption discarded
         store.rewrite_evals(cache, tags)
-        for role_name, counts in state.get("usage", {}).items():
-            meter._by_role[role_name].update(counts)
+        meter.restore(state.get("usage", {}))
 
     def _fingerprint(self, student: dspy.Module, train: Sequence[Row], val: Sequence[Row],
                      settings: SearchSettings) -> str:

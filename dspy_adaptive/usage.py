@@ -17,18 +17,13 @@ import dspy
 
 _meter: contextvars.ContextVar["UsageMeter | None"] = contextvars.ContextVar("adaptive_usage_meter", default=None)
 
-ROLES = ("router", "specialist", "fallback", "reflection", "metric")
-
-
 class UsageMeter:
     """Thread-safe counters: calls, prompt/completion tokens and cost per role."""
 
-    def __init__(self, initial: dict[str, dict[str, float]] | None = None):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_role: dict[str, dict[str, float]] = defaultdict(
             lambda: {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0})
-        for role_name, counts in (initial or {}).items():
-            self._by_role[role_name].update(counts)
 
     def add(self, role_name: str, usage: dict[str, Any]) -> None:
         with self._lock:
@@ -37,6 +32,12 @@ class UsageMeter:
             entry["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
             entry["completion_tokens"] += int(usage.get("completion_tokens") or 0)
             entry["cost"] += float(usage.get("cost") or 0.0)
+
+    def restore(self, counts: dict[str, dict[str, float]]) -> None:
+        """Counters from a checkpoint (resume)."""
+        with self._lock:
+            for role_name, c in counts.items():
+                self._by_role[role_name].update(c)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         with self._lock:

@@ -33,7 +33,6 @@ class Edit:
     slot: int | None
     child: Library | None
     reason: str | None = None  # set when rejected
-    rationale: str = ""
     rejected_source: str | None = None  # the source the sandbox refused, kept for the run record
 
     @property

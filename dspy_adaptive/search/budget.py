@@ -22,11 +22,15 @@ class BudgetReport:
 class Budget:
     """Thread-safe counter. Iterations start only while `spent < max_calls`; evaluations in flight finish."""
 
-    def __init__(self, max_calls: int, by_kind: dict[str, int] | None = None):
+    def __init__(self, max_calls: int):
         self.max_calls = max_calls
         self._by_kind = {k: 0 for k in KINDS}
-        self._by_kind.update(by_kind or {})
         self._lock = threading.Lock()
+
+    def restore(self, by_kind: dict[str, int]) -> None:
+        """Counts from a checkpoint (resume)."""
+        with self._lock:
+            self._by_kind.update(by_kind)
 
     def charge(self, kind: str, n: int = 1) -> None:
         if kind not in KINDS:

@@ -18,7 +18,7 @@ import contextvars
 import random
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from tqdm.auto import tqdm
 
@@ -301,7 +301,7 @@ class SearchEngine:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = state["iteration"]
         self.archive = Archive(tuple(r.id for r in self.val), [Candidate.from_dict(c) for c in state["archive"]])
-        self.budget._by_kind.update(state["budget"])
+        self.budget.restore(state["budget"])
         self.rng.setstate(_rng_from_json(state["rng"]))
         self.proposals = [ProposalRecord.from_dict(p) for p in state["proposals"]]
         self.merge_state = state["merge_state"]
@@ -322,10 +322,3 @@ def _rng_to_json(state: tuple) -> list:
 def _rng_from_json(data: list) -> tuple:
     version, internal, gauss = data
     return (version, tuple(internal), gauss)
-
-
-def results_by_row(results: Sequence[RowResult]) -> dict[str, RowResult]:
-    return {r.row_id: r for r in results}
-
-
-ProgressCallback = Callable[[SearchEngine], None]

@@ -96,3 +96,22 @@ def make_run_dir(tmp_path: Path) -> Path:
     write_run_record(make_result(str(run_dir)), run_dir)
     write_labels(LABELS, run_dir)
     return run_dir
+
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "explore_run.ipynb"
+
+
+def execute_notebook(run_dir: Path, tmp_path: Path, monkeypatch) -> list:
+    """Run the notebook top to bottom on `run_dir` (figures to tmp_path/figures); return its code-cell
+    outputs, after asserting that no cell errored."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("RUN_DIR", str(run_dir))
+    monkeypatch.setenv("PLOTS_DIR", str(Path(tmp_path) / "figures"))
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    errors = [o for o in outputs if o.output_type == "error"]
+    assert not errors, errors
+    return outputs

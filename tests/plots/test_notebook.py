@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-from tests.plots.synthetic import make_run_dir
-
-NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "explore_run.ipynb"
+from tests.plots.synthetic import NOTEBOOK, execute_notebook, make_run_dir
 
 
 def test_committed_notebook_has_no_outputs():
@@ -26,13 +22,8 @@ def test_notebook_executes(tmp_path, monkeypatch, with_labels):
     run_dir = make_run_dir(tmp_path)
     if not with_labels:
         (run_dir / "labels.json").unlink()
-    monkeypatch.setenv("RUN_DIR", str(run_dir))
-    monkeypatch.setenv("PLOTS_DIR", str(tmp_path / "figures"))
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert not errors, errors
-    images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    outputs = execute_notebook(run_dir, tmp_path, monkeypatch)
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) == (4 if with_labels else 2)
     figures = {p.name for p in (tmp_path / "figures").iterdir()}
     assert {"learning_curve.png", "lineage.png"} <= figures

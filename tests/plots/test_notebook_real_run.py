@@ -5,14 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import dspy
-import nbformat
-from nbclient import NotebookClient
 
 from dspy_adaptive import AdaptiveGEPA
 from dspy_adaptive.analysis import write_labels
 from tests.core import toy
-
-NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "explore_run.ipynb"
+from tests.plots.synthetic import execute_notebook
 
 
 def make_real_run_dir(tmp_path: Path) -> Path:
@@ -28,14 +25,7 @@ def make_real_run_dir(tmp_path: Path) -> Path:
 
 
 def test_notebook_executes_on_a_real_run(tmp_path, monkeypatch):
-    run_dir = make_real_run_dir(tmp_path)
-    monkeypatch.setenv("RUN_DIR", str(run_dir))
-    monkeypatch.setenv("PLOTS_DIR", str(tmp_path / "figures"))
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert not errors, errors
-    text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", ""))
-                   for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    outputs = execute_notebook(make_real_run_dir(tmp_path), tmp_path, monkeypatch)
+    text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
     assert toy.REV_DESCRIPTION in text and toy.ARITH_DESCRIPTION in text   # the merged library is shown
     assert (tmp_path / "figures" / "lineage.png").stat().st_size > 5000
