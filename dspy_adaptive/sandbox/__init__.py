@@ -6,7 +6,7 @@ with a dspy shim whose predictor calls are bridged back to the calling host thre
 
 Modules: policy.py (static rules + RestrictedPython transformer), compiler.py (CompiledProgram,
 CompileResult), runtime.py (in-worker guards, builtins, module proxies, dspy shim), worker.py
-(the worker process), protocol.py (framing), pool.py (SandboxPool), errors.py
+(the worker process), zygote.py + forkserver.py (workers forked from a warm image), protocol.py (framing), pool.py (SandboxPool), errors.py
 (SpecialistError), bench.py (`python -m dspy_adaptive.sandbox.bench`).
 """
 

@@ -6,6 +6,9 @@ predictor/tool RPCs are answered by calling `bridge.predict` / `bridge.tool` IN 
 `dspy.settings.trace` / `dspy.context` set by the caller apply and DSPy's trace records each
 predictor call). The timeout counts only time spent waiting for the worker, not the bridge.
 
+Workers are forked from a warm zygote (forkserver.py / zygote.py: ~2 ms instead of ~60 ms of
+interpreter start-up and imports each) where the platform has pidfds, else started directly.
+
 A worker that times out, crashes, exhausts memory or breaks the protocol is SIGKILLed, reaped and
 replaced lazily (next acquire spawns a fresh one). Workers are killed on close(), on garbage
 collection of the pool and at interpreter exit (weakref.finalize), and exit by themselves on EOF
@@ -27,7 +30,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
-from . import protocol
+from . import forkserver, protocol
 from .compiler import CompiledProgram, is_compiled, source_hash
 from .errors import SpecialistError
 
@@ -55,8 +58,12 @@ class RunResult:
     compute_seconds: float  # host-measured wall time waiting for the worker (bridge time excluded)
 
 
+def _debug() -> bool:
+    return os.environ.get("DSPY_ADAPTIVE_SANDBOX_DEBUG") == "1"
+
+
 class _Worker:
-    def __init__(self, proc: subprocess.Popen, to_fd: int, from_fd: int, scratch: str, uid: int):
+    def __init__(self, proc: "subprocess.Popen | forkserver.ForkedProcess", to_fd: int, from_fd: int, scratch: str, uid: int):
         self.proc, self.to_fd, self.from_fd, self.scratch, self.uid = proc, to_fd, from_fd, scratch, uid
         self.known: set[str] = set()
         self.dead = False
@@ -99,12 +106,14 @@ class _Worker:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def _shutdown(workers: set, lock: threading.Lock) -> None:
+def _shutdown(workers: set, lock: threading.Lock, server: "forkserver.ForkServer | None") -> None:
     with lock:
         ws = list(workers)
         workers.clear()
     for w in ws:
         w.stop()
+    if server is not None:
+        server.close()
 
 
 def _jsonable(value: Any) -> Any:
@@ -121,9 +130,16 @@ class SandboxPool:
     def __init__(self, *, max_workers: int = 4, timeout: float = 30.0, memory_mb: int = 512,
                  max_output_bytes: int = 1_000_000, max_predictor_calls: int = 100,
                  tool_names: Sequence[str] = (), max_tool_calls: int | None = None,
-                 recursion_limit: int = 500):
+                 recursion_limit: int = 500, start_method: str = "auto"):
         if max_workers < 1:
             raise ValueError("max_workers must be >= 1")
+        if start_method not in ("auto", "forkserver", "spawn"):
+            raise ValueError(f"start_method must be 'auto', 'forkserver' or 'spawn', got {start_method!r}")
+        if start_method == "forkserver" and not forkserver.available():
+            raise ValueError("start_method='forkserver' needs Linux >= 5.3 (pidfd); use 'spawn' or 'auto'")
+        use_fork = start_method == "forkserver" or (start_method == "auto" and forkserver.available())
+        self.start_method = "forkserver" if use_fork else "spawn"
+        self._forkserver = forkserver.ForkServer(debug=_debug()) if use_fork else None
         for t in tool_names:
             if not (isinstance(t, str) and t.isidentifier() and not t.startswith("_")):
                 raise ValueError(f"tool name {t!r} must be a public identifier")
@@ -143,7 +159,7 @@ class SandboxPool:
         self._closed = False
         self._counters = dict(calls=0, ok=0, errors=0, timeouts=0, crashes=0, memory=0, spawned=0,
                               respawns=0, predictor_calls=0, tool_calls=0)
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._lock)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._lock, self._forkserver)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -192,6 +208,16 @@ class SandboxPool:
         self.close()
 
     # ------------------------------------------------------------------ workers
+    def _start_process(self, fds: tuple[int, int], scratch: str, cfg: dict):
+        """Fork the worker from the warm zygote, or start a fresh interpreter (start_method="spawn")."""
+        if self._forkserver is not None:
+            return self._forkserver.fork(fds, scratch, cfg)
+        return subprocess.Popen(
+            [sys.executable, "-I", "-B", WORKER_PATH, str(fds[0]), str(fds[1]), json.dumps(cfg)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=None if _debug() else subprocess.DEVNULL,
+            env=forkserver.scrubbed_env(), cwd=scratch, pass_fds=fds, close_fds=True, start_new_session=True)
+
     def _spawn(self) -> _Worker:
         h2w_r, h2w_w = os.pipe()
         w2h_r, w2h_w = os.pipe()
@@ -201,14 +227,8 @@ class SandboxPool:
             if root:
                 os.chown(scratch, NOBODY, NOBODY)
             os.chmod(scratch, 0o700)
-            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
-            cfg = json.dumps({"memory_mb": self.memory_mb, "recursion_limit": self.recursion_limit})
-            debug = os.environ.get("DSPY_ADAPTIVE_SANDBOX_DEBUG") == "1"
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", WORKER_PATH, str(h2w_r), str(w2h_w), cfg],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=None if debug else subprocess.DEVNULL,
-                env=env, cwd=scratch, pass_fds=(h2w_r, w2h_w), close_fds=True, start_new_session=True)
+            cfg = {"memory_mb": self.memory_mb, "recursion_limit": self.recursion_limit}
+            proc = self._start_process((h2w_r, w2h_w), scratch, cfg)
         except BaseException:
             for fd in (h2w_r, h2w_w, w2h_r, w2h_w):
                 os.close(fd)

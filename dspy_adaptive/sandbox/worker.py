@@ -5,6 +5,10 @@ builtins in a plain subprocess (it is a convenience, not a sandbox), and `dspy.F
 fresh interpreter per forward (~70 ms CPU per call here). This worker is started once, stays
 warm, and serves many calls with a fresh restricted namespace each time (~1 ms per call).
 
+Normally a worker is not started from scratch: the pool's zygote (zygote.py) does steps 1-2 once
+and forks each worker from that image, which then runs `confine` (steps 3-4). Started directly
+(`SandboxPool(start_method="spawn")`), the worker does all four itself.
+
 Start-up, in order, before any specialist code can run:
 1. runs as the host user (root here) with `-I -B`, an environment scrubbed to PATH+LANG, cwd = a
    fresh scratch dir, stdin/stdout/stderr on /dev/null, only the two protocol pipes inherited;
@@ -61,8 +65,14 @@ def _preimport() -> None:
 
 
 def _setup(cfg: dict, fds: tuple[int, int]) -> None:
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     _preimport()
+    confine(cfg, fds)
+
+
+def confine(cfg: dict, fds: tuple[int, int]) -> None:
+    """Steps 3-4 of the start-up: rlimits and the privilege drop. Called after `_preimport`, either
+    in a freshly started worker (`_setup`) or in a child forked by the zygote (zygote.py)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     mem = int(cfg["memory_mb"]) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -193,8 +193,7 @@ def test_close_reaps_workers():
     pids = p.worker_pids()
     p.close()
     for pid in pids:
-        with pytest.raises(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)  # already reaped: no zombie left
+        assert not os.path.exists(f"/proc/{pid}"), "worker left running or as a zombie"
 
 
 def test_per_call_overhead_median_under_10ms(pool):

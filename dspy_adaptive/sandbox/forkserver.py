@@ -1,0 +1,190 @@
+"""Host side of the sandbox fork server (zygote.py): start it, ask it to fork workers, and watch
+those workers through pidfds.
+
+A forked worker is the zygote's child, not ours, so `subprocess.Popen` cannot manage it.
+`ForkedProcess` offers the part of Popen's interface the pool uses (pid, poll, wait, send_signal,
+returncode): exit is observed through a pidfd (Linux >= 5.3; race-free, no pid reuse), signals
+go through `pidfd_send_signal`, and the exit code is read from the zygote, which reaps a child only
+when asked. `available()` says whether this platform can do all that; otherwise the pool starts
+every worker directly (the slower path, same confinement).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+from .errors import SpecialistError
+
+ZYGOTE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
+STARTUP_TIMEOUT = 30.0
+REPLY_TIMEOUT = 10.0
+UNKNOWN_EXIT = 255   # reported when the zygote is gone and a child's exit status cannot be read
+
+
+def available() -> bool:
+    return (sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
+            and hasattr(signal, "pidfd_send_signal") and hasattr(socket, "send_fds"))
+
+
+def scrubbed_env() -> dict[str, str]:
+    """The whole environment a sandbox process gets (no secrets can reach generated code)."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
+
+
+class ForkServer:
+    """One zygote per pool, started lazily; thread-safe (requests are serialised)."""
+
+    def __init__(self, debug: bool = False):
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._debug = debug
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def _start_locked(self) -> None:
+        host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-B", ZYGOTE_PATH, str(zygote_end.fileno())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=None if self._debug else subprocess.DEVNULL, env=scrubbed_env(), cwd="/",
+                pass_fds=(zygote_end.fileno(),), close_fds=True, start_new_session=True)
+        except BaseException:
+            host_end.close()
+            raise
+        finally:
+            zygote_end.close()
+        self._sock = host_end
+        ready = self._reply_locked(STARTUP_TIMEOUT)
+        if ready.get("op") != "ready":
+            self._stop_locked()
+            raise SpecialistError(f"sandbox fork server failed to start ({ready!r})", "crash")
+
+    def _stop_locked(self) -> None:
+        if self._sock is not None:
+            self._sock.close()        # the zygote exits on EOF
+            self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop_locked()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    # -- requests ----------------------------------------------------------------------------------
+    def _reply_locked(self, timeout: float) -> dict:
+        assert self._sock is not None
+        r, _, _ = select.select([self._sock], [], [], timeout)
+        if not r:
+            raise SpecialistError(f"sandbox fork server did not answer within {timeout:g}s", "crash")
+        data = self._sock.recv(65536)
+        if not data:
+            raise ConnectionError("sandbox fork server exited")
+        return json.loads(data.decode("utf-8"))
+
+    def _alive_locked(self) -> bool:
+        return self._sock is not None and self._proc is not None and self._proc.poll() is None
+
+    def _request_locked(self, msg: dict, fds: tuple[int, ...] = ()) -> dict:
+        data = json.dumps(msg).encode("utf-8")
+        if not self._alive_locked():
+            self._stop_locked()
+            self._start_locked()
+        assert self._sock is not None
+        socket.send_fds(self._sock, [data], list(fds)) if fds else self._sock.send(data)
+        return self._reply_locked(REPLY_TIMEOUT)
+
+    def fork(self, fds: tuple[int, int], scratch: str, cfg: dict) -> "ForkedProcess":
+        """Fork a worker that serves `fds` (its request-read and reply-write ends) from `scratch`."""
+        msg = {"op": "fork", "cfg": cfg, "scratch": scratch}
+        with self._lock:
+            try:
+                reply = self._request_locked(msg, fds)
+            except (ConnectionError, OSError):   # the zygote died since the last request: restart once
+                self._stop_locked()
+                reply = self._request_locked(msg, fds)
+        if reply.get("op") != "forked":
+            raise SpecialistError(f"sandbox fork server could not start a worker ({reply.get('reason')})", "crash")
+        return ForkedProcess(int(reply["pid"]), self)
+
+    def status(self, pid: int) -> tuple[bool, int | None]:
+        """(running, returncode) of a child; reaps it if it has exited."""
+        with self._lock:
+            if not self._alive_locked():   # a new zygote would not know this child
+                return False, UNKNOWN_EXIT
+            try:
+                reply = self._request_locked({"op": "status", "pid": pid})
+            except (ConnectionError, OSError, SpecialistError):
+                return False, UNKNOWN_EXIT
+        rc = reply.get("returncode")
+        return bool(reply.get("running")), (UNKNOWN_EXIT if rc is None and not reply.get("running") else rc)
+
+
+class ForkedProcess:
+    """The subset of `subprocess.Popen` the pool uses, for a worker forked by the zygote."""
+
+    def __init__(self, pid: int, server: ForkServer):
+        self.pid = pid
+        self.returncode: int | None = None
+        self._server = server
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:   # already gone (and a zombie would still be found): read its status
+            self._pidfd = None
+            self.returncode = server.status(pid)[1]
+
+    def _exited(self, timeout: float) -> bool:
+        if self._pidfd is None:
+            return True
+        r, _, _ = select.select([self._pidfd], [], [], timeout)
+        return bool(r)
+
+    def _collect(self) -> int:
+        running, rc = self._server.status(self.pid)
+        self.returncode = UNKNOWN_EXIT if running or rc is None else rc
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._exited(0):
+            self._collect()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not self._exited(timeout if timeout is not None else 1e9):
+                raise subprocess.TimeoutExpired(f"sandbox worker {self.pid}", timeout)
+            self._collect()
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None and self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            except ProcessLookupError:
+                pass
+
+    def __del__(self) -> None:
+        if getattr(self, "_pidfd", None) is not None:
+            try:
+                os.close(self._pidfd)  # type: ignore[arg-type]
+            except OSError:
+                pass
