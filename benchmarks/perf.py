@@ -55,7 +55,7 @@ def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
     return dspy.Prediction(score=float(ok), feedback="correct" if ok else "wrong: expected the code of the item")
 
 
-def _quality(text: str) -> int:
+def _quality(text: str | None) -> int:
     m = re.search(r"QUALITY=(\d+)", text or "")
     return int(m.group(1)) if m else SEED_QUALITY
 
@@ -83,14 +83,61 @@ class CallLog:
         return timed
 
 
-def actor_respond(call) -> dict:
-    if "slot" in call.output_fields:                     # Adaptive-GEPA's router
-        return {"slot": "1" if re.search(r"^1: ", call.field("specialists") or "", re.M) else "0"}
-    question = call.field("question") or ""
-    q = _quality(call.instructions)
-    m = re.match(r"q(\d+):", question)
-    right = m and _h(f"{question}|{q}") % 100 < q
-    return {"answer": f"a{m.group(1)}" if right else "wrong"}
+class Task:
+    """How the scripted LMs behave. Two tasks, same interface:
+
+    climb (default): each request has a fixed difficulty in [0, 100); the actor answers it right iff
+        the instructions' QUALITY exceeds it, so a candidate's validation score is a deterministic,
+        monotone function of its quality. A reflection reads the quality of what it is shown (the
+        current instruction for dspy.GEPA, the current specialist source for us; 40 for the seed) and
+        proposes quality + a step in [-10, +20] drawn from a hash of its prompt -- improvement builds
+        on the parent, as real reflection does, so the final score measures how far a search climbs
+        within the budget.
+    lottery: the first version of this benchmark: every proposal draws a fresh quality in [40, 94]
+        and each (request, quality) pair is right with that probability. The final score is then the
+        luckiest of a handful of draws plus per-row noise (spread ~0.05 across seeds), which hides
+        any real difference between the searches at 3 seeds.
+    """
+
+    def __init__(self, name: str):
+        if name not in ("climb", "lottery"):
+            raise ValueError(f"unknown task {name!r} (climb | lottery)")
+        self.name = name
+
+    def right(self, question: str, n: str, q: int) -> bool:
+        if self.name == "climb":
+            return _h(f"difficulty {n}") % 100 < q
+        return _h(f"{question}|{q}") % 100 < q
+
+    def propose(self, prompt: str, current: str | None) -> int:
+        if self.name == "climb":
+            return max(0, min(100, _quality(current) + _h(prompt) % 31 - 10))
+        return 40 + _h(prompt) % 55
+
+    def actor(self, call) -> dict:
+        if "slot" in call.output_fields:                     # Adaptive-GEPA's router
+            return {"slot": "1" if re.search(r"^1: ", call.field("specialists") or "", re.M) else "0"}
+        question = call.field("question") or ""
+        m = re.match(r"q(\d+):", question)
+        right = m and self.right(question, m.group(1), _quality(call.instructions))
+        return {"answer": f"a{m.group(1)}" if right else "wrong"}
+
+    def adaptive_reflection(self, call):
+        fields = call.output_fields
+        if "action" in fields:
+            active = "(active" in (call.field("specialists") or "")
+            return {"action": "rewrite_program" if active else "activate", "slot": "1"}
+        if "profile" in fields:                              # activation: the seed runs at SEED_QUALITY
+            return {"description": "General solver for every request.",
+                    "program": specialist_source(self.propose(call.prompt, None)), "profile": "fast"}
+        if "new_program" in fields:
+            return {"new_program": specialist_source(self.propose(call.prompt, call.field("program")))}
+        return "unexpected"
+
+    def gepa_reflection(self, call):
+        """dspy.GEPA's instruction proposer is a DSPy signature with a `new_instruction` output."""
+        q = self.propose(call.prompt, call.field("current_instruction"))
+        return {"new_instruction": f"Answer the question. QUALITY={q}"}
 
 
 def specialist_source(q: int) -> str:
@@ -102,25 +149,6 @@ def specialist_source(q: int) -> str:
             "        return dspy.Prediction(answer=self.solve(question=question).answer)\n")
 
 
-def adaptive_reflection_respond(call):
-    q = 40 + _h(call.prompt) % 55
-    fields = call.output_fields
-    if "action" in fields:
-        active = "(active" in (call.field("specialists") or "")
-        return {"action": "rewrite_program" if active else "activate", "slot": "1"}
-    if "profile" in fields:
-        return {"description": "General solver for every request.", "program": specialist_source(q),
-                "profile": "fast"}
-    if "new_program" in fields:
-        return {"new_program": specialist_source(q)}
-    return "unexpected"
-
-
-def gepa_reflection_respond(call):
-    """dspy.GEPA's instruction proposer is a DSPy signature with a `new_instruction` output."""
-    return {"new_instruction": f"Answer the question. QUALITY={40 + _h(call.prompt) % 55}"}
-
-
 # -- one run (in its own process) ------------------------------------------------------------------------
 
 def _children_cpu() -> float:
@@ -129,9 +157,9 @@ def _children_cpu() -> float:
 
 
 def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int, k: int,
-            n_train: int, n_val: int) -> dict[str, Any]:
-    log = CallLog()
-    actor = scripted_lm(log.wrap(actor_respond, latency), model="scripted/actor")
+            n_train: int, n_val: int, task: str = "climb") -> dict[str, Any]:
+    log, t = CallLog(), Task(task)
+    actor = scripted_lm(log.wrap(t.actor, latency), model="scripted/actor")
     train, val = examples(n_train, 0), examples(n_val, 10_000)
     program = dspy.Predict("question -> answer")
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -139,7 +167,7 @@ def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int
     with dspy.context(lm=actor):
         if method == "adaptive":
             from dspy_adaptive import AdaptiveGEPA
-            refl = scripted_lm(log.wrap(adaptive_reflection_respond, latency), model="scripted/reflection")
+            refl = scripted_lm(log.wrap(t.adaptive_reflection, latency), model="scripted/reflection")
             opt = AdaptiveGEPA(metric, reflection_lm=refl, max_metric_calls=budget, num_threads=threads,
                                seed=seed, track_stats=True, progress=False, use_merge=False,
                                max_concurrent_proposals=k)
@@ -150,7 +178,7 @@ def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int
             from dspy_adaptive.search.schedule import critical_path
             ideal = critical_path(res.schedule, threads, latency)
         else:
-            refl = scripted_lm(log.wrap(gepa_reflection_respond, latency), model="scripted/reflection")
+            refl = scripted_lm(log.wrap(t.gepa_reflection, latency), model="scripted/reflection")
             opt = dspy.GEPA(metric=metric, reflection_lm=refl, max_metric_calls=budget, num_threads=threads,
                             seed=seed, track_stats=True, use_merge=False)
             out = opt.compile(program, trainset=train, valset=val)
@@ -160,7 +188,7 @@ def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int
     wall = time.perf_counter() - t0
     cpu = (time.process_time() - cpu0) + (_children_cpu() - child0)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"method": method, "k": k if method == "adaptive" else 1, "seed": seed, "latency": latency,
+    return {"method": method, "task": task, "k": k if method == "adaptive" else 1, "seed": seed, "latency": latency,
             "threads": threads, "calls": calls, "wall_s": wall, "cpu_s": cpu,
             "cpu_ms_per_call": 1000 * cpu / max(calls, 1), "wall_ms_per_call": 1000 * wall / max(calls, 1),
             "ideal_s": ideal, "efficiency": (ideal / wall) if latency and wall else None,
@@ -237,17 +265,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--k", type=int, nargs="+", default=[1, 4], help="AdaptiveGEPA max_concurrent_proposals")
     p.add_argument("--train", type=int, default=30)
     p.add_argument("--val", type=int, default=30)
+    p.add_argument("--task", choices=("climb", "lottery"), default="climb",
+                   help="how the scripted LMs behave (see Task); climb is the default")
     p.add_argument("--rss", action="store_true", help="measure RSS per archived candidate (180 val rows)")
     p.add_argument("--out", default=None, help="also write the rows as JSON here")
     p.add_argument("--single", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.single is not None:
-        method, lat, th, bud, seed, k, ntr, nv = a.single
+        method, lat, th, bud, seed, k, ntr, nv, task = a.single
         print(json.dumps(run_one(method, latency=float(lat), threads=int(th), budget=int(bud), seed=int(seed),
-                                 k=int(k), n_train=int(ntr), n_val=int(nv))))
+                                 k=int(k), n_train=int(ntr), n_val=int(nv), task=task)))
         return
     if a.rss:
-        rows = [spawn(["adaptive", "0", str(a.threads), "3000", str(s), "1", "60", "180"]) for s in a.seeds[:1]]
+        rows = [spawn(["adaptive", "0", str(a.threads), "3000", str(s), "1", "60", "180", a.task])
+                for s in a.seeds[:1]]
         for r in rows:
             per = r["rss_growth_mb"] / max(r["candidates"], 1)
             print(f"180 val rows: {r['candidates']} candidates, RSS growth {r['rss_growth_mb']:.1f} MB "
@@ -256,10 +287,10 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for lat in a.latencies:
         for seed in a.seeds:
-            rows.append(spawn(["gepa", str(lat), str(a.threads), str(a.budget), str(seed), "1", str(a.train), str(a.val)]))
+            common = [str(a.threads), str(a.budget), str(seed)]
+            rows.append(spawn(["gepa", str(lat), *common, "1", str(a.train), str(a.val), a.task]))
             for k in a.k:
-                rows.append(spawn(["adaptive", str(lat), str(a.threads), str(a.budget), str(seed), str(k),
-                                   str(a.train), str(a.val)]))
+                rows.append(spawn(["adaptive", str(lat), *common, str(k), str(a.train), str(a.val), a.task]))
             print(f"done latency={lat} seed={seed}", file=sys.stderr)
     print(table(rows))
     print()

@@ -216,6 +216,9 @@ def proposals_by_action(result: AdaptiveGEPAResult) -> list[list[Any]]:
     skips = sum(1 for p in result.proposals if p.get("kind") == "skip")
     if skips:
         rows.append(["(skip)", skips, 0, "-"])
+    stale = sum(1 for p in result.proposals if p.get("kind") == "stale")
+    if stale:
+        rows.append(["(stopped: parent superseded)", stale, 0, "-"])
     return rows
 
 

@@ -109,7 +109,7 @@ def fault_summary(engine: Any) -> dict[str, Any]:
 def action_counts(proposals: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     proposed, accepted = Counter(), Counter()
     for p in proposals:
-        if p["kind"] == "skip":
+        if p["kind"] == "skip" or (p["kind"] == "stale" and p["action"] is None):   # no edit was proposed
             continue
         name = "merge" if p["kind"] == "merge" else (p["action"] or "malformed")
         proposed[name] += 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import random
+import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
@@ -61,6 +62,7 @@ class Job:
     parent: Candidate
     rows: tuple[Row, ...]
     history: str
+    archive_size: int = 0                       # candidates archived when the job started (its snapshot)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class JobOutcome:
     edit: Any                                   # reflection Edit, or None when reflection was skipped
     child_results: tuple[RowResult, ...] | None
     val_results: tuple[RowResult, ...] | None   # set only when the child passed the gate
+    stopped: str | None = None                  # the step a stale job stopped before (concurrent proposals)
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ class ProposalRecord:
     """One proposal and its fate (the run record's unit)."""
 
     iteration: int
-    kind: str                       # "reflect" | "merge" | "skip"
+    kind: str                       # "reflect" | "merge" | "skip" | "stale" (concurrent proposals)
     parents: tuple[int, ...]
     action: str | None
     slot: int | None
@@ -125,6 +128,7 @@ class SearchEngine:
         self.lost_calls = 0                # scored calls of iterations an interruption discarded
         self.idle_iterations = 0           # consecutive iterations that spent no budget
         self.schedule = Schedule()
+        self._archive_lock = threading.Lock()   # proposal threads read the archive (_rival) while it grows
         evaluator.schedule = reflector.schedule = self.schedule
         self.stop_reason = ""
         if store is not None:
@@ -213,26 +217,55 @@ class SearchEngine:
         idx = sample_minibatch(self.sampler, [r.example for r in self.train], self.s.minibatch_size, self.rng)
         if not self.reflector.output_names:
             self.reflector.set_output_names(self._output_names())
-        return Job(self.iteration, parent, tuple(self.train[i] for i in idx), self._history(parent.index))
+        return Job(self.iteration, parent, tuple(self.train[i] for i in idx), self._history(parent.index),
+                   archive_size=len(self.archive))
 
     def _run_job(self, job: "Job") -> "JobOutcome":
         tag = job.iteration
         parent_results = self.evaluator.evaluate(job.parent.library, job.rows, "parent_minibatch", tag=tag)  # run
         if self.s.skip_perfect_score and gate.is_perfect(parent_results, self.s.perfect_score):
             return JobOutcome(job, parent_results, None, None, None)
+        if self._stale(job):
+            return JobOutcome(job, parent_results, None, None, None, stopped="before reflection")
         edit = self.reflector.propose(job.parent.library, job.rows, parent_results, job.history)         # reflect
         if edit.rejected:
             return JobOutcome(job, parent_results, edit, None, None)
+        if self._stale(job):
+            return JobOutcome(job, parent_results, edit, None, None, stopped="before its child minibatch")
         child_results = self.evaluator.evaluate(edit.child, job.rows, "child_minibatch", tag=tag)         # gate
-        val_results = None
-        if gate.minibatch_gate(parent_results, child_results):
-            val_results = self.evaluator.evaluate(edit.child, self.val, "validation", tag=tag)           # validate
+        if not gate.minibatch_gate(parent_results, child_results):
+            return JobOutcome(job, parent_results, edit, child_results, None)
+        if self._stale(job):
+            return JobOutcome(job, parent_results, edit, child_results, None, stopped="before validation")
+        val_results = self.evaluator.evaluate(edit.child, self.val, "validation", tag=tag)               # validate
         return JobOutcome(job, parent_results, edit, child_results, val_results)
+
+    def _stale(self, job: "Job") -> bool:
+        """Concurrent proposals only: True when candidates archived since the job started pushed its
+        parent out of what the selector could pick now (off the Pareto front, or no longer the best).
+        The sequential loop would not be improving that parent any more, so the job stops at its next
+        step instead of spending budget on it. Never true at k=1 (nothing is archived meanwhile)."""
+        with self._archive_lock:
+            if len(self.archive) == job.archive_size:
+                return False
+            return job.parent.index not in self.selector.selectable(self.archive)
+
+    def add_to_archive(self, library: Library, parents: tuple[int, ...], origin: str,
+                       results: Sequence[RowResult], iteration: int) -> Candidate:
+        with self._archive_lock:
+            return self.archive.add(library, parents, origin, results, self.budget.spent, iteration)
 
     def _fold(self, out: "JobOutcome") -> "ProposalRecord":
         job = out.job
         base = dict(iteration=job.iteration, parents=(job.parent.index,), minibatch=tuple(r.id for r in job.rows),
                     parent_sum=gate.score_sum(out.parent_results))
+        if out.stopped is not None:
+            edit = out.edit
+            return self._record(kind="stale", action=edit.action if edit else None, slot=edit.slot if edit else None,
+                                child_sum=gate.score_sum(out.child_results) if out.child_results else None,
+                                accepted=False, child_library=edit.child if edit and not edit.rejected else None,
+                                reason=(f"parent {job.parent.index} left the Pareto front while this proposal was "
+                                        f"in flight; stopped {out.stopped}"), **base)
         if out.edit is None:
             return self._record(kind="skip", action=None, slot=None, child_sum=None, accepted=False,
                                 reason="parent is perfect on the whole minibatch", **base)
@@ -243,8 +276,8 @@ class SearchEngine:
                                 accepted=False, reason=edit.reason, details=details, **base)
         child = None
         if out.val_results is not None:                                                            # archive
-            child = self.archive.add(edit.child, (job.parent.index,), edit.action, out.val_results,
-                                     self.budget.spent, job.iteration)
+            child = self.add_to_archive(edit.child, (job.parent.index,), edit.action, out.val_results,
+                                        job.iteration)
         return self._record(kind="reflect", action=edit.action, slot=edit.slot,
                             child_sum=gate.score_sum(out.child_results), accepted=child is not None,
                             reason=None if child is not None else "child did not beat the parent on the minibatch",

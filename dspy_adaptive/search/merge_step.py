@@ -73,8 +73,8 @@ class Merger:
         if passed:                                                                                 # validate
             results = engine.evaluator.evaluate(child, engine.val, "validation", tag=engine.iteration)
             cleaned, changed = cleanup(child, {r.row_id: r.selected for r in results})           # cleanup
-            cand = arch.add(cleaned, (a.index, b.index), "merge", results, engine.budget.spent,
-                            engine.iteration)                                                     # archive
+            cand = engine.add_to_archive(cleaned, (a.index, b.index), "merge", results,
+                                         engine.iteration)                                        # archive
             details["cleanup_deactivated"] = list(changed)
             details["measured_hash"] = child.content_hash   # the scores were measured on this, pre-cleanup
             details["classification"] = classify_child(cleaned, a.library, b.library)

@@ -5,13 +5,17 @@ from __future__ import annotations
 import random
 from typing import Protocol
 
-from gepa.gepa_utils import select_program_candidate_from_pareto_front
+from gepa.gepa_utils import remove_dominated_programs, select_program_candidate_from_pareto_front
 
 from dspy_adaptive.search.archive import Archive
 
 
 class CandidateSelector(Protocol):
     def select(self, archive: Archive, rng: random.Random) -> int: ...
+
+    def selectable(self, archive: Archive) -> set[int]:
+        """Every candidate `select` could return now (concurrent proposals stop when theirs drops out)."""
+        ...
 
 
 class ParetoSelector:
@@ -21,12 +25,20 @@ class ParetoSelector:
         scores = [c.val_mean for c in archive.candidates]
         return select_program_candidate_from_pareto_front(archive.pareto_fronts(), scores, rng)
 
+    def selectable(self, archive: Archive) -> set[int]:
+        scores = [c.val_mean for c in archive.candidates]
+        fronts = remove_dominated_programs(archive.pareto_fronts(), scores=scores)
+        return set().union(*fronts.values()) if fronts else set()
+
 
 class CurrentBestSelector:
     """Always the highest validation mean (dspy.GEPA's candidate_selection_strategy='current_best')."""
 
     def select(self, archive: Archive, rng: random.Random) -> int:
         return archive.best_index()
+
+    def selectable(self, archive: Archive) -> set[int]:
+        return {archive.best_index()}
 
 
 SELECTORS = {"pareto": ParetoSelector, "current_best": CurrentBestSelector}

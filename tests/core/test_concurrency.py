@@ -52,3 +52,54 @@ def test_concurrent_accepted_children_are_all_archived():
     assert max(res.val_aggregate_scores) == pytest.approx(1.0)
     hashes = [p["child_hash"] for p in accepted]
     assert [res.candidates[p["child_index"]].content_hash for p in accepted] == hashes
+
+
+# -- stale proposals: a job whose parent left the Pareto front stops instead of spending budget ---------
+
+def _archive(score_rows):
+    import dspy_adaptive.search.archive as A
+    from dspy_adaptive.library import Library
+    from dspy_adaptive.search.evaluate import RowResult
+
+    arch = A.Archive(tuple(f"r{i}" for i in range(len(score_rows[0]))))
+    for n, scores in enumerate(score_rows):
+        results = [RowResult(row_id=f"r{i}", score=s, feedback="", output={}, error=None, selected=None,
+                             executed=None, fallback_reason=None, steps=()) for i, s in enumerate(scores)]
+        arch.add(Library.empty(2 + n), (), "seed" if n == 0 else "activate", results, 0, n)
+    return arch
+
+
+def test_selectable_is_what_the_selector_could_pick():
+    from dspy_adaptive.search.select import CurrentBestSelector, ParetoSelector
+
+    arch = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1]])     # 0 is dominated by 1; 1 and 2 each win a row
+    assert ParetoSelector().selectable(arch) == {1, 2}
+    assert CurrentBestSelector().selectable(arch) == {1}
+    import random
+    picks = {ParetoSelector().select(arch, random.Random(s)) for s in range(50)}
+    assert picks <= ParetoSelector().selectable(arch) and picks == {1, 2}
+
+
+def test_stale_rule_only_fires_when_something_newer_pushed_the_parent_out():
+    import threading
+    from types import SimpleNamespace
+
+    from dspy_adaptive.search.engine import Job, SearchEngine
+    from dspy_adaptive.search.select import ParetoSelector
+
+    arch = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1]])
+    engine = SimpleNamespace(_archive_lock=threading.Lock(), archive=arch, selector=ParetoSelector())
+    stale = lambda parent, size: SearchEngine._stale(engine, Job(1, arch[parent], (), "", archive_size=size))
+    assert not stale(0, 3)          # nothing archived since the job started (always so at k=1)
+    assert stale(0, 1)              # candidate 1, archived meanwhile, dominates parent 0
+    assert not stale(1, 2)          # parent 1 is still on the front after candidate 2 arrived
+
+
+def test_stale_jobs_stop_without_archiving_or_validating():
+    res = run(4, budget=200)
+    stale = [p for p in res.proposals if p["kind"] == "stale"]
+    for p in stale:
+        assert not p["accepted"] and p["child_index"] is None and "left the Pareto front" in p["reason"]
+    archived = [p["child_index"] for p in res.proposals if p["child_index"] is not None]
+    assert sorted(archived) == list(range(1, len(res.candidates)))
+    assert res.budget["by_kind"]["validation"] == 8 * len(archived)   # no validation was paid for a stale job
