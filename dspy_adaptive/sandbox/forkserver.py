@@ -123,17 +123,20 @@ class ForkServer:
             raise SpecialistError(f"sandbox fork server could not start a worker ({reply.get('reason')})", "crash")
         return ForkedProcess(int(reply["pid"]), self)
 
-    def status(self, pid: int) -> tuple[bool, int | None]:
-        """(running, returncode) of a child; reaps it if it has exited."""
+    def status(self, pid: int) -> int | None:
+        """A child's return code (Popen's convention: None while it runs); reaps it if it has exited.
+        UNKNOWN_EXIT when the zygote cannot tell (it died, or the child is not its own)."""
         with self._lock:
             if not self._alive_locked():   # a new zygote would not know this child
-                return False, UNKNOWN_EXIT
+                return UNKNOWN_EXIT
             try:
                 reply = self._request_locked({"op": "status", "pid": pid})
             except (ConnectionError, OSError, SpecialistError):
-                return False, UNKNOWN_EXIT
+                return UNKNOWN_EXIT
+        if reply.get("running"):
+            return None
         rc = reply.get("returncode")
-        return bool(reply.get("running")), (UNKNOWN_EXIT if rc is None and not reply.get("running") else rc)
+        return UNKNOWN_EXIT if rc is None else int(rc)
 
 
 class ForkedProcess:
@@ -147,7 +150,7 @@ class ForkedProcess:
             self._pidfd: int | None = os.pidfd_open(pid)
         except ProcessLookupError:   # already gone (and a zombie would still be found): read its status
             self._pidfd = None
-            self.returncode = server.status(pid)[1]
+            self.returncode = server.status(pid)
 
     def _exited(self, timeout: float) -> bool:
         if self._pidfd is None:
@@ -156,8 +159,8 @@ class ForkedProcess:
         return bool(r)
 
     def _collect(self) -> int:
-        running, rc = self._server.status(self.pid)
-        self.returncode = UNKNOWN_EXIT if running or rc is None else rc
+        rc = self._server.status(self.pid)     # the pidfd said it exited, so it is not running
+        self.returncode = UNKNOWN_EXIT if rc is None else rc
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None

@@ -63,7 +63,8 @@ def _debug() -> bool:
 
 
 class _Worker:
-    def __init__(self, proc: "subprocess.Popen | forkserver.ForkedProcess", to_fd: int, from_fd: int, scratch: str, uid: int):
+    def __init__(self, proc: "subprocess.Popen | forkserver.ForkedProcess", to_fd: int, from_fd: int,
+                 scratch: str, uid: int):
         self.proc, self.to_fd, self.from_fd, self.scratch, self.uid = proc, to_fd, from_fd, scratch, uid
         self.known: set[str] = set()
         self.dead = False

@@ -58,21 +58,23 @@ def _child(sock: socket.socket, cfg: dict, scratch: str, fds: tuple[int, int]) -
         os._exit(code)
 
 
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
 def _fork(sock: socket.socket, msg: dict, fds: list[int]) -> dict:
     if len(fds) != 2:
-        for fd in fds:
-            os.close(fd)
+        _close(fds)
         return {"op": "error", "reason": f"expected 2 file descriptors, got {len(fds)}"}
     try:
         pid = os.fork()
     except OSError as e:
-        for fd in fds:
-            os.close(fd)
+        _close(fds)
         return {"op": "error", "reason": f"fork failed: {e}"}
     if pid == 0:
         _child(sock, msg["cfg"], msg["scratch"], (fds[0], fds[1]))
-    for fd in fds:
-        os.close(fd)
+    _close(fds)
     return {"op": "forked", "pid": pid}
 
 
@@ -101,6 +103,7 @@ def main(argv: list[str]) -> None:
             msg = json.loads(data.decode("utf-8"))
             op = msg.get("op")
         except Exception as e:  # noqa: BLE001
+            _close(fds)
             _send(sock, {"op": "error", "reason": f"bad request: {e}"})
             continue
         if op == "fork":
@@ -108,8 +111,7 @@ def main(argv: list[str]) -> None:
         elif op == "status":
             _send(sock, _status(int(msg["pid"])))
         else:
-            for fd in fds:
-                os.close(fd)
+            _close(fds)
             _send(sock, {"op": "error", "reason": f"unknown op {op!r}"})
 
 

@@ -62,7 +62,7 @@ class Job:
     parent: Candidate
     rows: tuple[Row, ...]
     history: str
-    archive_size: int = 0                       # candidates archived when the job started (its snapshot)
+    archive_size: int                           # candidates archived when the job started (its snapshot)
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class SearchEngine:
         self.lost_calls = 0                # scored calls of iterations an interruption discarded
         self.idle_iterations = 0           # consecutive iterations that spent no budget
         self.schedule = Schedule()
-        self._archive_lock = threading.Lock()   # proposal threads read the archive (_rival) while it grows
+        self._archive_lock = threading.Lock()   # proposal threads read the archive (_stale) while it grows
         evaluator.schedule = reflector.schedule = self.schedule
         self.stop_reason = ""
         if store is not None:
@@ -263,7 +263,7 @@ class SearchEngine:
             edit = out.edit
             return self._record(kind="stale", action=edit.action if edit else None, slot=edit.slot if edit else None,
                                 child_sum=gate.score_sum(out.child_results) if out.child_results else None,
-                                accepted=False, child_library=edit.child if edit and not edit.rejected else None,
+                                accepted=False, child_library=edit.child if edit else None,
                                 reason=(f"parent {job.parent.index} left the Pareto front while this proposal was "
                                         f"in flight; stopped {out.stopped}"), **base)
         if out.edit is None:
