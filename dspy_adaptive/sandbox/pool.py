@@ -214,7 +214,8 @@ class SandboxPool:
         if self._forkserver is not None:
             return self._forkserver.fork(fds, scratch, cfg)
         return subprocess.Popen(
-            [sys.executable, "-I", "-B", WORKER_PATH, str(fds[0]), str(fds[1]), json.dumps(cfg)],
+            [*forkserver.interpreter(WORKER_PATH), str(fds[0]), str(fds[1]), json.dumps(cfg),
+             forkserver.RESTRICTED_PYTHON_DIR],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=None if _debug() else subprocess.DEVNULL,
             env=forkserver.scrubbed_env(), cwd=scratch, pass_fds=fds, close_fds=True, start_new_session=True)

@@ -1,4 +1,4 @@
-"""Sandbox worker process: `python -I -B worker.py <in_fd> <out_fd> <config-json>`.
+"""Sandbox worker process: `python -I -S -B worker.py <in_fd> <out_fd> <config-json> <restricted-python-dir>`.
 
 Why our own worker and not dspy's: `dspy.primitives.LocalInterpreter` runs code with full
 builtins in a plain subprocess (it is a convenience, not a sandbox), and `dspy.Flex` starts a
@@ -10,7 +10,7 @@ and forks each worker from that image, which then runs `confine` (steps 3-4). St
 (`SandboxPool(start_method="spawn")`), the worker does all four itself.
 
 Start-up, in order, before any specialist code can run:
-1. runs as the host user (root here) with `-I -B`, an environment scrubbed to PATH+LANG, cwd = a
+1. runs as the host user (root here) with `-I -S -B` (forkserver.interpreter), an environment scrubbed to PATH+LANG, cwd = a
    fresh scratch dir, stdin/stdout/stderr on /dev/null, only the two protocol pipes inherited;
 2. pre-imports everything it will ever need (after the privilege drop the interpreter's files
    under /root are unreadable, so late imports would fail -- that is a feature);
@@ -31,6 +31,8 @@ import sys
 
 # -I removes the script directory from sys.path; add it back for our three standalone modules.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__" and len(sys.argv) > 4:
+    sys.path.append(sys.argv[4])  # started with -S: RestrictedPython's directory, from the host
 
 import builtins  # noqa: E402
 import decimal  # noqa: E402

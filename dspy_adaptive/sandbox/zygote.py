@@ -1,4 +1,4 @@
-"""Sandbox fork server ("zygote"): `python -I -B zygote.py <control_fd>`.
+"""Sandbox fork server ("zygote"): `python -I -S -B zygote.py <control_fd> <restricted-python-dir>`.
 
 Why: a worker started from scratch spends ~60 ms of CPU importing RestrictedPython, the allow-listed
 modules and building their proxies before it can serve its first call; a search with 16 evaluation
@@ -7,7 +7,7 @@ from its warmed-up image in ~2 ms. (multiprocessing's forkserver would do the fo
 its server with the host's environment -- secrets included -- and it offers no way to run our
 confinement between fork and the first byte of specialist code.)
 
-The zygote is started exactly like a worker (`-I -B`, environment scrubbed to PATH+LANG,
+The zygote is started exactly like a worker (`-I -S -B`, environment scrubbed to PATH+LANG,
 stdin/stdout/stderr on /dev/null, session of its own, only its control socket inherited) and
 never runs specialist code itself. It is single-threaded, so fork() is safe. Protocol: one JSON
 object per SOCK_SEQPACKET packet on the control socket.
@@ -31,6 +31,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if len(sys.argv) > 2:
+    sys.path.append(sys.argv[2])  # started with -S: RestrictedPython's directory, from the host
 
 import json  # noqa: E402
 import socket  # noqa: E402

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.skipif(not forkserver.available(), reason="fork server 
 
 PROBE = '''import os
 import resource
+import sys
 
 class Solver(dspy.Module):
     def forward(self):
@@ -32,7 +33,9 @@ class Solver(dspy.Module):
         return dspy.Prediction(env=dict(os.environ), proc_env=env, uid=os.getuid(), gid=os.getgid(),
                                groups=os.getgroups(), cwd=os.getcwd(), files=os.listdir("."),
                                sid_is_own=os.getsid(0) == os.getpid(), limits=limits,
-                               fds=sorted(int(x) for x in os.listdir("/proc/self/fd")))
+                               fds=sorted(int(x) for x in os.listdir("/proc/self/fd")),
+                               no_site=sys.flags.no_site, site_loaded="site" in sys.modules,
+                               editable_finder=any("editable" in k for k in sys.modules))
 '''
 TRIVIAL = compile_program("class S(dspy.Module):\n    def forward(self, x):\n        return dspy.Prediction(answer=x)\n").program
 
@@ -48,6 +51,8 @@ def test_forked_worker_is_confined_like_a_spawned_one():
     for out in (forked, spawned):
         assert set(out["env"]) <= {"PATH", "LANG", "LC_CTYPE"} and SECRET not in repr(out)
         assert out["files"] == [] and "dspy-sandbox-" in out["cwd"] and out["sid_is_own"]
+        # -S: site-packages' .pth files (e.g. an editable install's import finder) never ran in it
+        assert out["no_site"] == 1 and not out["site_loaded"] and not out["editable_finder"]
     same = ("uid", "gid", "groups")
     assert {k: forked[k] for k in same} == {k: spawned[k] for k in same}
     nofile = (forked["limits"].pop("RLIMIT_NOFILE"), spawned["limits"].pop("RLIMIT_NOFILE"))
