@@ -9,7 +9,9 @@ One call reads top to bottom:
     execute  the fallback runs in this process (it is the user's trusted code, on the deep LM);
              a specialist runs in a sandbox worker on its profile's LM, its predictor calls bridged
              back here so DSPy's trace records them. A runtime failure inside a compiled specialist
-             is NOT rerouted: it raises `SpecialistRuntimeError` carrying the route;
+             is NOT rerouted: it raises `SpecialistRuntimeError` carrying the route. Every LM call
+             runs under the configured adapter, its system message memoised per signature when
+             that adapter is one of DSPy's own (formatting.py);
     record   a frozen `RouteRecord` (selected slot, executed slot, router answer, reasons) is
              attached to the returned Prediction — read it with `route_of(pred)` — without adding
              any field the user's metric would see.
@@ -18,6 +20,7 @@ One call reads top to bottom:
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import threading
@@ -28,6 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from dspy_adaptive.formatting import memoized
 from dspy_adaptive.library import FALLBACK, INACTIVE, Library
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
 from dspy_adaptive.usage import role
@@ -90,11 +94,29 @@ def render_specialists(library: Library) -> str:
     return "\n".join(lines)
 
 
+# Signature classes are immutable by DSPy convention, and building one (a pydantic model) costs ~1 ms of
+# CPU: every `with_library` variant the search evaluates would otherwise rebuild its router's and its
+# specialists' signatures. Shared, they also keep the adapter's per-signature system-message memo warm.
+@functools.lru_cache(maxsize=256)
 def _router_signature(input_names: tuple[str, ...], instructions: str) -> type[dspy.Signature]:
     fields: dict[str, Any] = {name: (str, dspy.InputField()) for name in input_names}
     fields["specialists"] = (str, dspy.InputField(desc="numbered descriptions of the available specialists"))
     fields["slot"] = (str, dspy.OutputField(desc="the number of the chosen specialist, or 0 for the fallback"))
     return dspy.Signature(fields, instructions)
+
+
+def _specialist_signature(signature: str, instructions: str | None) -> type[dspy.Signature]:
+    if len(signature) + len(instructions or "") > _MAX_CACHED_SIGNATURE_CHARS:  # a specialist's own text:
+        return _build_signature(signature, instructions)                      # keep the cache small
+    return _cached_signature(signature, instructions)
+
+
+def _build_signature(signature: str, instructions: str | None) -> type[dspy.Signature]:
+    return dspy.Signature(signature, instructions) if instructions else dspy.Signature(signature)
+
+
+_MAX_CACHED_SIGNATURE_CHARS = 20_000
+_cached_signature = functools.lru_cache(maxsize=512)(_build_signature)
 
 
 def normalise_tools(tools: Mapping[str, Callable] | Sequence[Callable] | None) -> dict[str, Callable]:
@@ -132,7 +154,7 @@ class PredictorBridge:
 
     def predict(self, *, name: str, kind: str, signature: str, instructions: str | None, inputs: dict) -> dict:
         predictor = self._predictor(name, kind, signature, instructions)
-        with dspy.context(lm=self.lm), role(self.role_name):
+        with dspy.context(lm=self.lm, adapter=memoized(dspy.settings.adapter)), role(self.role_name):
             pred = predictor(**inputs)
         return {k: _jsonable(v) for k, v in pred.items()}
 
@@ -206,7 +228,7 @@ class RoutedProgram(dspy.Module):
         if executed == FALLBACK:
             route = RouteRecord(selected, FALLBACK, answer, reason)
             try:
-                with dspy.context(lm=self.lm_for("deep")), role("fallback"):
+                with dspy.context(lm=self.lm_for("deep"), adapter=memoized(dspy.settings.adapter)), role("fallback"):
                     pred = self.fallback(**inputs)
             except Exception as e:  # the fallback's own failure: keep the route for the search's records
                 _attach(e, route)
@@ -235,7 +257,7 @@ class RoutedProgram(dspy.Module):
                 return hit
         router = self._router_for(tuple(inputs))
         try:
-            with dspy.context(lm=self.lm_for("fast")), role("router"):
+            with dspy.context(lm=self.lm_for("fast"), adapter=memoized(dspy.settings.adapter)), role("router"):
                 out = router(**inputs, specialists=specialists)
         except AdapterParseError as e:
             return None, f"<unparseable router output: {str(e)[:200]}>"
@@ -282,9 +304,8 @@ class RoutedProgram(dspy.Module):
         key = (slot, name, kind, signature, instructions)
         with self._lock:
             if key not in self._predictors:
-                sig = dspy.Signature(signature, instructions) if instructions else dspy.Signature(signature)
                 cls = dspy.ChainOfThought if kind == "ChainOfThought" else dspy.Predict
-                self._predictors[key] = cls(sig)
+                self._predictors[key] = cls(_specialist_signature(signature, instructions))
             return self._predictors[key]
 
     def predictor_label(self, predictor: Any) -> str:
