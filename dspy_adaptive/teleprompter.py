@@ -194,6 +194,7 @@ class AdaptiveGEPA(Teleprompter):
         pool = SandboxPool(max_workers=max(2, self.num_threads or 1), timeout=s.timeout, memory_mb=s.memory_mb,
                            max_predictor_calls=s.max_predictor_calls, tool_names=tuple(base.tools))
         base._sandbox, base._owns_sandbox = pool, False
+        pool.prestart()
         if self.route_memo:
             base.share_route_memo()
         fingerprint = self._fingerprint(student, train, val, settings)

@@ -59,6 +59,7 @@ class ForkServer:
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._debug = debug
+        self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _start_locked(self) -> None:
@@ -92,8 +93,17 @@ class ForkServer:
                 self._proc.wait()
             self._proc = None
 
+    def start(self) -> None:
+        """Start the zygote now unless it runs (or this server was closed); fork() otherwise starts it
+        on the first request."""
+        with self._lock:
+            if not self._closed and not self._alive_locked():
+                self._stop_locked()
+                self._start_locked()
+
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._stop_locked()
 
     @property
