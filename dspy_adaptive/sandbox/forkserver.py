@@ -125,6 +125,8 @@ class ForkServer:
         return self._sock is not None and self._proc is not None and self._proc.poll() is None
 
     def _request_locked(self, msg: dict, fds: tuple[int, ...] = ()) -> dict:
+        if self._closed:   # e.g. a background prestart racing the pool's close(): never restart
+            raise SpecialistError("sandbox fork server is closed", "crash")
         data = json.dumps(msg).encode("utf-8")
         if not self._alive_locked():
             self._stop_locked()

@@ -128,3 +128,35 @@ def test_forking_is_much_cheaper_than_spawning():
 def test_start_method_is_validated():
     with pytest.raises(ValueError, match="start_method"):
         SandboxPool(start_method="threads")
+
+
+def _wait_for(cond, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_prestart_forks_idle_workers_in_the_background_and_holds_none():
+    with SandboxPool(max_workers=3, timeout=5) as p:
+        p.prestart()
+        assert p.run(TRIVIAL, {"x": 5}, FakeBridge()) == {"answer": 5}   # a call during prestart is served
+        assert _wait_for(lambda: p.stats["idle"] == 3)                     # every worker ends up idle
+        assert p.stats["spawned"] == 3 and p.stats["workers"] == 3 and p._forkserver.pid is not None
+        p.prestart()                                                        # already full: forks nothing
+        time.sleep(0.1)
+        assert p.stats["spawned"] == 3
+
+
+def test_prestart_racing_close_leaves_nothing_behind():
+    p = SandboxPool(max_workers=4, timeout=5)
+    p.prestart()
+    time.sleep(0.02)
+    p.close()
+    time.sleep(0.3)                      # let the background thread see the closed pool
+    assert p.worker_pids() == [] and p._forkserver.pid is None
+    p.prestart()                         # a closed pool never starts its fork server again
+    time.sleep(0.2)
+    assert p._forkserver.pid is None
