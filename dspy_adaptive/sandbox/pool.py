@@ -180,27 +180,18 @@ class SandboxPool:
         for w in ws:
             self._release(w, True)
 
-    def prestart(self, workers: int | None = None) -> None:
-        """Start the fork server and fork up to `workers` (default max_workers) idle workers in the
-        background, so the first specialist calls neither wait the ~50 ms of the server's start-up nor
-        fork their own workers (a search calls this before its seed validation, which needs none).
-        Unlike warm(), no worker is held: each joins the idle list as soon as it is ready, and callers
-        arriving meanwhile take it or fork their own. A failure is left for the first call to report."""
-        if self._forkserver is None or self._closed:
-            return
-        n = self.max_workers if workers is None else min(workers, self.max_workers)
-        threading.Thread(target=self._prestart, args=(n,), name="sandbox-prestart", daemon=True).start()
+    def prestart(self) -> None:
+        """Start the fork server in the background, so the first specialist call does not wait the ~50 ms
+        of its start-up (a search calls this before its seed validation, which needs no worker).
+        Workers are still forked on demand: forking all of them up front cost CPU at no measured wall
+        gain. A failure here is left for the first call, which restarts the server and reports."""
+        if self._forkserver is not None and not self._closed:
+            threading.Thread(target=self._prestart, name="sandbox-prestart", daemon=True).start()
 
-    def _prestart(self, n: int) -> None:
+    def _prestart(self) -> None:
         try:
             self._forkserver.start()
-            while True:
-                with self._cond:
-                    if self._closed or self._n_live >= n:
-                        return
-                    self._n_live += 1
-                self._release(self._spawn_reserved(False), True)
-        except Exception:  # noqa: BLE001 - the first call forks (restarting the server) and reports
+        except Exception:  # noqa: BLE001 - see prestart()
             pass
 
     def run(self, program: CompiledProgram, inputs: dict, bridge: HostBridge) -> dict[str, Any]:
@@ -288,14 +279,6 @@ class SandboxPool:
                     respawn = self._counters["spawned"] >= self.max_workers
                     break
                 self._cond.wait()
-        w = self._spawn_reserved(respawn)
-        if self._closed:
-            self._release(w, False)
-            raise RuntimeError("SandboxPool is closed")
-        return w
-
-    def _spawn_reserved(self, respawn: bool) -> _Worker:
-        """Start a worker for a slot already counted in _n_live (given back if the start fails)."""
         try:
             w = self._spawn()
         except BaseException:
@@ -308,6 +291,9 @@ class SandboxPool:
             self._counters["respawns"] += int(respawn)
         with self._lock:
             self._workers.add(w)
+        if self._closed:
+            self._release(w, False)
+            raise RuntimeError("SandboxPool is closed")
         return w
 
     def _discard_locked(self, w: _Worker) -> None:

@@ -139,21 +139,24 @@ def _wait_for(cond, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_prestart_forks_idle_workers_in_the_background_and_holds_none():
+def test_prestart_starts_the_fork_server_in_the_background_and_forks_no_worker():
     with SandboxPool(max_workers=3, timeout=5) as p:
         p.prestart()
-        assert p.run(TRIVIAL, {"x": 5}, FakeBridge()) == {"answer": 5}   # a call during prestart is served
-        assert _wait_for(lambda: p.stats["idle"] == 3)                     # every worker ends up idle
-        assert p.stats["spawned"] == 3 and p.stats["workers"] == 3 and p._forkserver.pid is not None
-        p.prestart()                                                        # already full: forks nothing
-        time.sleep(0.1)
-        assert p.stats["spawned"] == 3
+        assert _wait_for(lambda: p._forkserver.pid is not None)
+        assert p.stats["spawned"] == 0                                      # workers stay on demand
+        zpid = p._forkserver.pid
+        assert p.run(TRIVIAL, {"x": 5}, FakeBridge()) == {"answer": 5}
+        (wpid,) = p.worker_pids()
+        with open(f"/proc/{wpid}/stat") as f:
+            assert int(f.read().rsplit(")", 1)[1].split()[1]) == zpid       # forked by the prestarted zygote
+        p.prestart()                                                        # running already: no-op
+        assert p._forkserver.pid == zpid
 
 
 def test_prestart_racing_close_leaves_nothing_behind():
     p = SandboxPool(max_workers=4, timeout=5)
     p.prestart()
-    time.sleep(0.02)
+    time.sleep(0.02)                     # usually mid start-up
     p.close()
     time.sleep(0.3)                      # let the background thread see the closed pool
     assert p.worker_pids() == [] and p._forkserver.pid is None
