@@ -9,7 +9,8 @@
 
 Merges (when enabled) take the place of a reflective iteration at their cadence. The loop starts
 an iteration only while spent < budget; in-flight evaluations finish, so the final count can
-overshoot by at most one iteration. After every iteration the state is checkpointed.
+overshoot by at most one iteration (k concurrent proposals: k iterations, plus one minibatch for
+each proposal that was stopping as stale). After every iteration the state is checkpointed.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ class SearchEngine:
         self.idle_iterations = 0           # consecutive iterations that spent no budget
         self.schedule = Schedule()
         self._archive_lock = threading.Lock()   # proposal threads read the archive (_stale) while it grows
+        self._validating: set[int] = set()      # iterations of jobs that passed their last stale check
         evaluator.schedule = reflector.schedule = self.schedule
         self.stop_reason = ""
         if store is not None:
@@ -168,13 +170,17 @@ class SearchEngine:
             self._finish(record, bar)
 
     def _run_concurrent(self, bar) -> None:
-        """Up to k reflective proposals in flight, each with its own parent snapshot and minibatch,
-        sharing the evaluation threads; results fold into the archive as they complete."""
+        """Up to k live reflective proposals in flight, each with its own parent snapshot and minibatch,
+        sharing the evaluation threads; results fold into the archive as they complete. A proposal whose
+        parent a fold just pushed out (`_doomed`) stops at its next step, so it no longer holds one of the
+        k places: a replacement from the new front starts at once instead of after that step (at most k
+        such stopping proposals run besides the k live ones, each finishing at most one minibatch)."""
         k = self.s.max_concurrent_proposals
         in_flight: dict[Future, Job] = {}
-        with ThreadPoolExecutor(max_workers=k, thread_name_prefix="adaptive-proposal") as pool:
+        with ThreadPoolExecutor(max_workers=2 * k, thread_name_prefix="adaptive-proposal") as pool:
             while in_flight or self._should_continue():
-                while len(in_flight) < k and self._should_continue():
+                while (len(in_flight) < 2 * k and sum(not self._doomed(j) for j in in_flight.values()) < k
+                       and self._should_continue()):
                     self.iteration += 1
                     if self._merge_due():
                         record = self._merge_iteration()
@@ -235,20 +241,36 @@ class SearchEngine:
         child_results = self.evaluator.evaluate(edit.child, job.rows, "child_minibatch", tag=tag)         # gate
         if not gate.minibatch_gate(parent_results, child_results):
             return JobOutcome(job, parent_results, edit, child_results, None)
-        if self._stale(job):
+        if self._stale(job, committing=True):
             return JobOutcome(job, parent_results, edit, child_results, None, stopped="before validation")
         val_results = self.evaluator.evaluate(edit.child, self.val, "validation", tag=tag)               # validate
         return JobOutcome(job, parent_results, edit, child_results, val_results)
 
-    def _stale(self, job: "Job") -> bool:
+    def _stale(self, job: "Job", committing: bool = False) -> bool:
         """Concurrent proposals only: True when candidates archived since the job started pushed its
         parent out of what the selector could pick now (off the Pareto front, or no longer the best).
         The sequential loop would not be improving that parent any more, so the job stops at its next
-        step instead of spending budget on it. Never true at k=1 (nothing is archived meanwhile)."""
+        step instead of spending budget on it. Never true at k=1 (nothing is archived meanwhile).
+        `committing`: the check before validation; passing it commits the job to validate."""
         with self._archive_lock:
-            if len(self.archive) == job.archive_size:
-                return False
-            return job.parent.index not in self.selector.selectable(self.archive)
+            stale = self._pushed_out_locked(job)
+            if committing and not stale:
+                self._validating.add(job.iteration)
+            return stale
+
+    def _doomed(self, job: "Job") -> bool:
+        """True when an in-flight job's next `_stale` check will stop it: it has not committed to its
+        validation, and its parent is pushed out (which stays so: the selectable set only loses old
+        candidates as the archive grows)."""
+        with self._archive_lock:
+            return job.iteration not in self._validating and self._pushed_out_locked(job)
+
+    def _pushed_out_words(self) -> str:
+        return getattr(self.selector, "pushed_out", "can no longer be selected")
+
+    def _pushed_out_locked(self, job: "Job") -> bool:
+        return len(self.archive) != job.archive_size and \
+            job.parent.index not in self.selector.selectable(self.archive)
 
     def add_to_archive(self, library: Library, parents: tuple[int, ...], origin: str,
                        results: Sequence[RowResult], iteration: int) -> Candidate:
@@ -264,8 +286,8 @@ class SearchEngine:
             return self._record(kind="stale", action=edit.action if edit else None, slot=edit.slot if edit else None,
                                 child_sum=gate.score_sum(out.child_results) if out.child_results else None,
                                 accepted=False, child_library=edit.child if edit else None,
-                                reason=(f"parent {job.parent.index} left the Pareto front while this proposal was "
-                                        f"in flight; stopped {out.stopped}"), **base)
+                                reason=(f"parent {job.parent.index} {self._pushed_out_words()} while this proposal "
+                                        f"was in flight; stopped {out.stopped}"), **base)
         if out.edit is None:
             return self._record(kind="skip", action=None, slot=None, child_sum=None, accepted=False,
                                 reason="parent is perfect on the whole minibatch", **base)

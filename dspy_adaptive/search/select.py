@@ -11,6 +11,8 @@ from dspy_adaptive.search.archive import Archive
 
 
 class CandidateSelector(Protocol):
+    pushed_out: str   # how a stale proposal's record says its parent dropped out of `selectable`
+
     def select(self, archive: Archive, rng: random.Random) -> int: ...
 
     def selectable(self, archive: Archive) -> set[int]:
@@ -20,6 +22,8 @@ class CandidateSelector(Protocol):
 
 class ParetoSelector:
     """GEPA's rule: drop dominated candidates from the per-row best sets, sample by frequency."""
+
+    pushed_out = "left the Pareto front"
 
     def select(self, archive: Archive, rng: random.Random) -> int:
         scores = [c.val_mean for c in archive.candidates]
@@ -33,6 +37,8 @@ class ParetoSelector:
 
 class CurrentBestSelector:
     """Always the highest validation mean (dspy.GEPA's candidate_selection_strategy='current_best')."""
+
+    pushed_out = "is no longer the best candidate"
 
     def select(self, archive: Archive, rng: random.Random) -> int:
         return archive.best_index()

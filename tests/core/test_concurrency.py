@@ -37,7 +37,8 @@ def test_k_proposals_keep_the_budget_rule_and_lose_nothing(k):
     res = run(k, reflection=toy.reflection_lm(program_source=toy.WRONG_SOURCE, vary=True))
     per_iteration = 2 * 4 + 8            # parent + child minibatch + one validation pass
     assert res.budget["spent"] >= res.budget["max"]
-    assert res.budget["overshoot"] <= k * per_iteration
+    # k live proposals finish their iteration; up to k stopping (stale) ones finish one minibatch each
+    assert res.budget["overshoot"] <= k * (per_iteration + 4)
     assert sum(res.budget["by_kind"].values()) == res.budget["spent"]
     iterations = [p["iteration"] for p in res.proposals]
     assert len(iterations) == len(set(iterations))                 # every proposal folded exactly once
@@ -81,25 +82,67 @@ def test_selectable_is_what_the_selector_could_pick():
 
 
 def test_stale_rule_only_fires_when_something_newer_pushed_the_parent_out():
-    import threading
-    from types import SimpleNamespace
-
     from dspy_adaptive.search.engine import Job, SearchEngine
-    from dspy_adaptive.search.select import ParetoSelector
 
     arch = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1]])
-    engine = SimpleNamespace(_archive_lock=threading.Lock(), archive=arch, selector=ParetoSelector())
+    engine = _fake_engine(arch)
     stale = lambda parent, size: SearchEngine._stale(engine, Job(1, arch[parent], (), "", archive_size=size))
     assert not stale(0, 3)          # nothing archived since the job started (always so at k=1)
     assert stale(0, 1)              # candidate 1, archived meanwhile, dominates parent 0
     assert not stale(1, 2)          # parent 1 is still on the front after candidate 2 arrived
 
 
-def test_stale_jobs_stop_without_archiving_or_validating():
-    res = run(4, budget=200)
+def _fake_engine(arch):
+    import threading
+    from types import SimpleNamespace
+
+    from dspy_adaptive.search.engine import SearchEngine
+    from dspy_adaptive.search.select import ParetoSelector
+
+    engine = SimpleNamespace(_archive_lock=threading.Lock(), archive=arch, selector=ParetoSelector(),
+                             _validating=set())
+    engine._pushed_out_locked = lambda job: SearchEngine._pushed_out_locked(engine, job)
+    return engine
+
+
+def test_a_doomed_job_frees_its_place_unless_it_already_committed_to_validation():
+    from dspy_adaptive.search.engine import Job, SearchEngine
+
+    arch = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1]])
+    engine = _fake_engine(arch)
+    pushed_out, on_front = Job(1, arch[0], (), "", archive_size=1), Job(2, arch[1], (), "", archive_size=2)
+    assert SearchEngine._doomed(engine, pushed_out) and not SearchEngine._doomed(engine, on_front)
+    # a job that passed its last check before candidate 1 arrived validates and is archived: it stays live
+    committed = Job(3, arch[0], (), "", archive_size=3)
+    assert not SearchEngine._stale(engine, committed, committing=True) and 3 in engine._validating
+    engine.archive = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1], [1, 1, 1]])   # now dominates everyone
+    assert not SearchEngine._doomed(engine, Job(3, engine.archive[0], (), "", archive_size=3))
+    assert SearchEngine._doomed(engine, Job(4, engine.archive[1], (), "", archive_size=3))
+
+
+@pytest.mark.parametrize("strategy", ["pareto", "current_best"])
+def test_stale_jobs_stop_without_archiving_or_validating(strategy):
+    res = run(4, budget=200, candidate_selection_strategy=strategy)
     stale = [p for p in res.proposals if p["kind"] == "stale"]
     for p in stale:
-        assert not p["accepted"] and p["child_index"] is None and "left the Pareto front" in p["reason"]
+        assert not p["accepted"] and p["child_index"] is None
     archived = [p["child_index"] for p in res.proposals if p["child_index"] is not None]
     assert sorted(archived) == list(range(1, len(res.candidates)))
     assert res.budget["by_kind"]["validation"] == 8 * len(archived)   # no validation was paid for a stale job
+
+
+@pytest.mark.parametrize("strategy, words", [("pareto", "parent 0 left the Pareto front"),
+                                             ("current_best", "parent 0 is no longer the best candidate")])
+def test_a_stale_record_says_why_in_the_selectors_terms(strategy, words):
+    from types import SimpleNamespace
+
+    from dspy_adaptive.search.engine import Job, JobOutcome, SearchEngine
+    from dspy_adaptive.search.select import make_selector
+
+    arch = _archive([[0, 1, 0], [1, 1, 0]])
+    engine = SimpleNamespace(selector=make_selector(strategy), _record=lambda **fields: fields)
+    engine._pushed_out_words = lambda: SearchEngine._pushed_out_words(engine)
+    out = JobOutcome(Job(3, arch[0], (), "", archive_size=1), (), None, None, None, stopped="before reflection")
+    record = SearchEngine._fold(engine, out)
+    assert record["kind"] == "stale" and not record["accepted"]
+    assert record["reason"] == f"{words} while this proposal was in flight; stopped before reflection"
