@@ -31,7 +31,7 @@ def measure(calls: int = 200) -> dict[str, float]:
         pool.warm(1)
         startup = time.perf_counter() - t0
         bridge = _NoBridge()
-        pool.run(program, {"x": -1}, bridge)  # first call compiles in the worker
+        pool.run(program, {"x": -1}, bridge)  # first call loads the program into the worker
         times = []
         for i in range(calls):
             t = time.perf_counter()

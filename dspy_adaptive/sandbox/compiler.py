@@ -1,5 +1,8 @@
 """Host-side compile: policy check + RestrictedPython compile + structure check. Pure, cached.
 
+The RestrictedPython code object is compiled once here and shipped to each worker marshalled, so a
+worker does not recompile every source it meets (~0.25 ms each, times every worker).
+
 `compile_program(source)` -> CompileResult. ok=False means "does not compile": the router
 resolves to the fallback and the reasons are shown to reflection. The structure rule is: exactly
 one top-level class inheriting from `dspy.Module` (or `Module` imported from dspy), and that
@@ -12,7 +15,8 @@ import ast
 import hashlib
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+import marshal
+from dataclasses import dataclass, field
 
 from . import policy
 
@@ -22,6 +26,7 @@ class CompiledProgram:
     source: str
     class_name: str
     source_hash: str
+    code: bytes = field(default=b"", repr=False)   # marshalled RestrictedPython code, sent to workers
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ def compile_program(source: str) -> CompileResult:
         if hit is not None:
             _CACHE.move_to_end(h)
             return hit
-    reasons = policy.check(source)
+    reasons, code = policy.check_and_compile(source)
     if reasons:
         result = CompileResult(False, tuple(reasons), None)
     else:
@@ -96,7 +101,7 @@ def compile_program(source: str) -> CompileResult:
         if struct_reasons:
             result = CompileResult(False, tuple(struct_reasons), None)
         else:
-            result = CompileResult(True, (), CompiledProgram(source, class_name, h))
+            result = CompileResult(True, (), CompiledProgram(source, class_name, h, marshal.dumps(code)))
     with _LOCK:
         _CACHE[h] = result
         while len(_CACHE) > _CACHE_MAX:

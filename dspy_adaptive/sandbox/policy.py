@@ -241,25 +241,32 @@ def _fmt(reasons: list[tuple[int, str]]) -> list[str]:
 
 def check(source: str) -> list[str]:
     """Static policy: [] if allowed, else one "line N: ..." reason per violation. Nothing runs."""
+    return check_and_compile(source)[0]
+
+
+def check_and_compile(source: str):
+    """(reasons, code): `check`'s reasons, and the RestrictedPython code object when there are none
+    (else None). The host compiles each source once here; workers receive this code object."""
     if not isinstance(source, str):
-        return [f"line 0: source must be a str, got {type(source).__name__}"]
+        return [f"line 0: source must be a str, got {type(source).__name__}"], None
     try:
         tree = ast.parse(source, filename=FILENAME)
     except SyntaxError as e:
-        return [f"line {e.lineno or 0}: syntax error: {e.msg}"]
+        return [f"line {e.lineno or 0}: syntax error: {e.msg}"], None
     except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
-        return [f"line 0: source cannot be parsed: {type(e).__name__}: {e}"]
+        return [f"line 0: source cannot be parsed: {type(e).__name__}: {e}"], None
     v = _PolicyVisitor()
     v.visit(tree)
     flagged_lines = {line for line, _ in v.reasons}
     try:
-        _code, rp_errors = restricted_compile(source)
+        code, rp_errors = restricted_compile(source)
     except (RecursionError, MemoryError, ValueError) as e:
-        rp_errors = (f"Line 0: RestrictedPython could not compile the source ({type(e).__name__})",)
+        code, rp_errors = None, (f"Line 0: RestrictedPython could not compile the source ({type(e).__name__})",)
     for err in rp_errors:
         m = _RP_LINE.match(err)
         line = int(m.group(1)) if m and m.group(1) != "None" else 0
         msg = (m.group(2) if m else err).strip()
         if line not in flagged_lines:
             v.reasons.append((line, msg if msg.startswith("syntax error") else f"{msg} (RestrictedPython)"))
-    return _fmt(v.reasons)
+    reasons = _fmt(v.reasons)
+    return reasons, (code if not reasons else None)

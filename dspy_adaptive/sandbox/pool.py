@@ -17,6 +17,7 @@ of their request pipe if the host dies. Scratch dirs are removed with their work
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -201,7 +202,8 @@ class SandboxPool:
     def run_detailed(self, program: CompiledProgram, inputs: dict, bridge: HostBridge) -> RunResult:
         if not is_compiled(program):
             raise SpecialistError("program was not produced by compile_program (or fails the policy)", "policy")
-        return self._execute(program.source, program.source_hash, program.class_name, inputs, bridge, True)
+        return self._execute(program.source, program.source_hash, program.class_name, inputs, bridge, True,
+                             program.code)
 
     def _run_unchecked(self, source: str, inputs: dict, bridge: HostBridge | None = None,
                        class_name: str = "Solver") -> RunResult:
@@ -321,7 +323,8 @@ class SandboxPool:
             self._counters[key] += n
 
     # ------------------------------------------------------------------ one call
-    def _execute(self, source: str, h: str, class_name: str, inputs: dict, bridge, checked: bool) -> RunResult:
+    def _execute(self, source: str, h: str, class_name: str, inputs: dict, bridge, checked: bool,
+                 code: bytes = b"") -> RunResult:
         self._count("calls")
         if not isinstance(inputs, Mapping):
             raise TypeError(f"inputs must be a mapping, got {type(inputs).__name__}")
@@ -331,8 +334,11 @@ class SandboxPool:
                    "checked": checked, "tools": list(self.tool_names),
                    "max_predictor_calls": self.max_predictor_calls, "max_output_bytes": self.max_output_bytes,
                    "stdout_cap": STDOUT_CAP, "cpu_budget": self.timeout}
-            if h not in w.known:
-                msg["source"] = source
+            if h not in w.known:   # the host's compiled code when it has it, else the source to compile
+                if code:
+                    msg["code"] = base64.b64encode(code).decode("ascii")
+                else:
+                    msg["source"] = source
             try:
                 protocol.send(w.to_fd, msg)
             except OSError:  # worker died while idle (nothing ran yet): retry once on a fresh one

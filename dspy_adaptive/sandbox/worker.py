@@ -34,12 +34,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__" and len(sys.argv) > 4:
     sys.path.append(sys.argv[4])  # started with -S: RestrictedPython's directory, from the host
 
+import base64  # noqa: E402
 import builtins  # noqa: E402
 import decimal  # noqa: E402
 import json  # noqa: E402
+import marshal  # noqa: E402
 import resource  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
+import types  # noqa: E402
 
 import policy  # noqa: E402
 import protocol  # noqa: E402
@@ -166,6 +169,9 @@ LIMIT_HIT = [False]  # set when this run exceeded max_predictor_calls (even if t
 def _get_code(msg: dict):
     key = ("checked:" if msg.get("checked", True) else "raw:") + msg["hash"]
     code = _CODE_CACHE.get(key)
+    if code is None and msg.get("code") is not None and msg.get("checked", True):
+        code = _load_code(msg["code"])        # compiled by the host's policy check (compiler.py)
+        _remember(key, code)
     if code is None:
         src = msg.get("source")
         if src is None:
@@ -176,10 +182,24 @@ def _get_code(msg: dict):
                 raise Failure("policy", "does not compile in the worker: " + "; ".join(errors))
         else:
             code = compile(src, policy.FILENAME, "exec", dont_inherit=True)
-        if len(_CODE_CACHE) > 256:
-            _CODE_CACHE.pop(next(iter(_CODE_CACHE)))
-        _CODE_CACHE[key] = code
+        _remember(key, code)
     return code
+
+
+def _load_code(data) -> types.CodeType:
+    try:
+        code = marshal.loads(base64.b64decode(data))
+    except Exception as e:  # noqa: BLE001
+        raise Failure("protocol", f"undecodable program code ({type(e).__name__})") from None
+    if not isinstance(code, types.CodeType) or code.co_filename != policy.FILENAME:
+        raise Failure("protocol", "program code is not a compiled specialist")
+    return code
+
+
+def _remember(key: str, code) -> None:
+    if len(_CODE_CACHE) > 256:
+        _CODE_CACHE.pop(next(iter(_CODE_CACHE)))
+    _CODE_CACHE[key] = code
 
 
 def _line_of(exc: BaseException) -> int | None:

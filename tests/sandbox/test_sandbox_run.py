@@ -216,3 +216,22 @@ def test_pool_closed_rejects(bridge):
     p.close()
     with pytest.raises(RuntimeError, match="closed"):
         p.run(prog(simple("return dspy.Prediction(answer=x)")), {"x": 1}, bridge)
+
+
+def test_workers_run_the_code_the_host_compiled_once(pool, bridge):
+    import marshal
+
+    from dspy_adaptive.sandbox import policy
+
+    src = simple("return dspy.Prediction(answer=x * 2)")
+    program = prog(src)
+    code = marshal.loads(program.code)
+    assert code.co_filename == policy.FILENAME and code.co_code == policy.restricted_compile(src)[0].co_code
+    assert pool.run(program, {"x": 21}, bridge) == {"answer": 42}
+    # what a worker accepts as code is checked: a code object, compiled as a specialist
+    for forged in (marshal.dumps(("not", "code")), marshal.dumps(compile("x = 1", "<elsewhere>", "exec")),
+                   b"\x00garbage"):
+        with pytest.raises(SpecialistError) as ei:
+            pool._execute(program.source, "f" * 64, program.class_name, {"x": 1}, bridge, True, forged)
+        assert ei.value.kind == "protocol"
+    assert pool.run(program, {"x": 1}, bridge) == {"answer": 2}   # the pool still serves
