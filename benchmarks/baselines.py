@@ -56,7 +56,7 @@ import numpy as np
 
 from benchmarks import INPUT_FIELD, OUTPUT_FIELD
 from benchmarks.programs import GenericTask, SeedProgram
-from dspy_adaptive.routed_program import PredictorBridge, RouteRecord, normalise_tools
+from dspy_adaptive.routed_program import PredictorBridge, RouteRecord, bridged_predictor, normalise_tools
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
 
 # -----------------------------------------------------------------------------------------------
@@ -101,8 +101,7 @@ class _FlexRuntime:
         key = (name, kind, signature, instructions)
         with self._lock:
             if key not in self._predictors:
-                sig = dspy.Signature(signature, instructions) if instructions else dspy.Signature(signature)
-                self._predictors[key] = (dspy.ChainOfThought if kind == "ChainOfThought" else dspy.Predict)(sig)
+                self._predictors[key] = bridged_predictor(kind, signature, instructions)
             return self._predictors[key]
 
 

@@ -105,6 +105,12 @@ def _router_signature(input_names: tuple[str, ...], instructions: str) -> type[d
     return dspy.Signature(fields, instructions)
 
 
+def bridged_predictor(kind: str, signature: str, instructions: str | None) -> dspy.Module:
+    """The host predictor that serves a sandboxed program's `dspy.<kind>(signature, instructions)`."""
+    cls = dspy.ChainOfThought if kind == "ChainOfThought" else dspy.Predict
+    return cls(_specialist_signature(signature, instructions))
+
+
 def _specialist_signature(signature: str, instructions: str | None) -> type[dspy.Signature]:
     if len(signature) + len(instructions or "") > _MAX_CACHED_SIGNATURE_CHARS:  # a specialist's own text:
         return _build_signature(signature, instructions)                      # keep the cache small
@@ -304,8 +310,7 @@ class RoutedProgram(dspy.Module):
         key = (slot, name, kind, signature, instructions)
         with self._lock:
             if key not in self._predictors:
-                cls = dspy.ChainOfThought if kind == "ChainOfThought" else dspy.Predict
-                self._predictors[key] = cls(_specialist_signature(signature, instructions))
+                self._predictors[key] = bridged_predictor(kind, signature, instructions)
             return self._predictors[key]
 
     def predictor_label(self, predictor: Any) -> str:
