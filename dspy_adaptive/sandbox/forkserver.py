@@ -97,9 +97,8 @@ class ForkServer:
         """Start the zygote now unless it runs (or this server was closed); fork() otherwise starts it
         on the first request."""
         with self._lock:
-            if not self._closed and not self._alive_locked():
-                self._stop_locked()
-                self._start_locked()
+            if not self._closed:
+                self._ensure_started_locked()
 
     def close(self) -> None:
         with self._lock:
@@ -121,6 +120,12 @@ class ForkServer:
             raise ConnectionError("sandbox fork server exited")
         return json.loads(data.decode("utf-8"))
 
+    def _ensure_started_locked(self) -> None:
+        """(Re)start the zygote unless it is running: lazily, on prestart, or after it died."""
+        if not self._alive_locked():
+            self._stop_locked()
+            self._start_locked()
+
     def _alive_locked(self) -> bool:
         return self._sock is not None and self._proc is not None and self._proc.poll() is None
 
@@ -128,9 +133,7 @@ class ForkServer:
         if self._closed:   # e.g. a background prestart racing the pool's close(): never restart
             raise SpecialistError("sandbox fork server is closed", "crash")
         data = json.dumps(msg).encode("utf-8")
-        if not self._alive_locked():
-            self._stop_locked()
-            self._start_locked()
+        self._ensure_started_locked()
         assert self._sock is not None
         socket.send_fds(self._sock, [data], list(fds)) if fds else self._sock.send(data)
         return self._reply_locked(REPLY_TIMEOUT)
