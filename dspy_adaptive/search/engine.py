@@ -131,6 +131,7 @@ class SearchEngine:
         self.schedule = Schedule()
         self._archive_lock = threading.Lock()   # proposal threads read the archive (_stale) while it grows
         self._validating: set[int] = set()      # iterations of jobs that passed their last stale check
+        self._selectable_memo: tuple[Any, int, set[int]] = (None, -1, set())
         evaluator.schedule = reflector.schedule = self.schedule
         self.stop_reason = ""
         if store is not None:
@@ -265,12 +266,17 @@ class SearchEngine:
         with self._archive_lock:
             return job.iteration not in self._validating and self._pushed_out_locked(job)
 
-    def _pushed_out_words(self) -> str:
-        return getattr(self.selector, "pushed_out", "can no longer be selected")
-
     def _pushed_out_locked(self, job: "Job") -> bool:
-        return len(self.archive) != job.archive_size and \
-            job.parent.index not in self.selector.selectable(self.archive)
+        return len(self.archive) != job.archive_size and job.parent.index not in self._selectable_locked()
+
+    def _selectable_locked(self) -> set[int]:
+        """selector.selectable(archive), computed once per archive state: the main loop asks it for every
+        in-flight job each time it refills, and the archive only changes by growing."""
+        archive, size, selectable = self._selectable_memo
+        if archive is not self.archive or size != len(self.archive):
+            selectable = self.selector.selectable(self.archive)
+            self._selectable_memo = (self.archive, len(self.archive), selectable)
+        return selectable
 
     def add_to_archive(self, library: Library, parents: tuple[int, ...], origin: str,
                        results: Sequence[RowResult], iteration: int) -> Candidate:
@@ -286,7 +292,7 @@ class SearchEngine:
             return self._record(kind="stale", action=edit.action if edit else None, slot=edit.slot if edit else None,
                                 child_sum=gate.score_sum(out.child_results) if out.child_results else None,
                                 accepted=False, child_library=edit.child if edit else None,
-                                reason=(f"parent {job.parent.index} {self._pushed_out_words()} while this proposal "
+                                reason=(f"parent {job.parent.index} {self.selector.pushed_out} while this proposal "
                                         f"was in flight; stopped {out.stopped}"), **base)
         if out.edit is None:
             return self._record(kind="skip", action=None, slot=None, child_sum=None, accepted=False,

@@ -100,8 +100,9 @@ def _fake_engine(arch):
     from dspy_adaptive.search.select import ParetoSelector
 
     engine = SimpleNamespace(_archive_lock=threading.Lock(), archive=arch, selector=ParetoSelector(),
-                             _validating=set())
+                             _validating=set(), _selectable_memo=(None, -1, set()))
     engine._pushed_out_locked = lambda job: SearchEngine._pushed_out_locked(engine, job)
+    engine._selectable_locked = lambda: SearchEngine._selectable_locked(engine)
     return engine
 
 
@@ -141,8 +142,29 @@ def test_a_stale_record_says_why_in_the_selectors_terms(strategy, words):
 
     arch = _archive([[0, 1, 0], [1, 1, 0]])
     engine = SimpleNamespace(selector=make_selector(strategy), _record=lambda **fields: fields)
-    engine._pushed_out_words = lambda: SearchEngine._pushed_out_words(engine)
     out = JobOutcome(Job(3, arch[0], (), "", archive_size=1), (), None, None, None, stopped="before reflection")
     record = SearchEngine._fold(engine, out)
     assert record["kind"] == "stale" and not record["accepted"]
     assert record["reason"] == f"{words} while this proposal was in flight; stopped before reflection"
+
+
+def test_the_selectable_set_is_computed_once_per_archive_state():
+    from dspy_adaptive.search.engine import Job, SearchEngine
+    from dspy_adaptive.search.select import ParetoSelector
+
+    class Counting(ParetoSelector):
+        calls = 0
+
+        def selectable(self, archive):
+            Counting.calls += 1
+            return super().selectable(archive)
+
+    arch = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1]])
+    engine = _fake_engine(arch)
+    engine.selector = Counting()
+    jobs = [Job(i, arch[i % 3], (), "", archive_size=1) for i in range(6)]
+    assert [SearchEngine._doomed(engine, j) for j in jobs] == [True, False, False] * 2
+    assert Counting.calls == 1                      # six jobs asked, one computation
+    engine.archive = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1], [1, 1, 1]])
+    assert SearchEngine._doomed(engine, Job(7, engine.archive[1], (), "", archive_size=3))
+    assert Counting.calls == 2                      # the archive changed: recomputed
