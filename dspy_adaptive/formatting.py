@@ -16,6 +16,7 @@ behaviour (callbacks, JSON fallback, native function calling) is the configured 
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 import weakref
 from typing import Any
@@ -25,7 +26,11 @@ import dspy
 _STOCK = (dspy.ChatAdapter, dspy.JSONAdapter, dspy.XMLAdapter)
 _lock = threading.Lock()
 _memos: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-_default: list[Any] = []   # the memoised stand-in for "no adapter configured" (DSPy then uses ChatAdapter())
+
+
+def lm_context(lm: Any):
+    """`dspy.context` for one of the optimizer's LM calls: `lm`, under the `memoized` form of the configured adapter."""
+    return dspy.context(lm=lm, adapter=memoized(dspy.settings.adapter))
 
 
 def memoized(adapter: Any) -> Any:
@@ -33,10 +38,7 @@ def memoized(adapter: Any) -> Any:
     None, DSPy's default ChatAdapter), in which case a copy that memoises its system message per
     signature object. One copy per configured adapter, so the memo lives as long as that adapter."""
     if adapter is None:
-        with _lock:
-            if not _default:
-                _default.append(_with_memo(dspy.ChatAdapter()))
-            return _default[0]
+        return _default()
     if type(adapter) not in _STOCK:
         return adapter
     with _lock:
@@ -44,6 +46,12 @@ def memoized(adapter: Any) -> Any:
         if memo is None:
             memo = _memos[adapter] = _with_memo(adapter)
         return memo
+
+
+@functools.cache
+def _default() -> Any:
+    """The memoised stand-in for "no adapter configured" (DSPy then uses a ChatAdapter())."""
+    return _with_memo(dspy.ChatAdapter())
 
 
 def _with_memo(adapter: Any) -> Any:

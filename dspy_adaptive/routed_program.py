@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from dspy_adaptive.formatting import memoized
+from dspy_adaptive.formatting import lm_context
 from dspy_adaptive.library import FALLBACK, INACTIVE, Library
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
 from dspy_adaptive.usage import role
@@ -160,7 +160,7 @@ class PredictorBridge:
 
     def predict(self, *, name: str, kind: str, signature: str, instructions: str | None, inputs: dict) -> dict:
         predictor = self._predictor(name, kind, signature, instructions)
-        with dspy.context(lm=self.lm, adapter=memoized(dspy.settings.adapter)), role(self.role_name):
+        with lm_context(self.lm), role(self.role_name):
             pred = predictor(**inputs)
         return {k: _jsonable(v) for k, v in pred.items()}
 
@@ -234,7 +234,7 @@ class RoutedProgram(dspy.Module):
         if executed == FALLBACK:
             route = RouteRecord(selected, FALLBACK, answer, reason)
             try:
-                with dspy.context(lm=self.lm_for("deep"), adapter=memoized(dspy.settings.adapter)), role("fallback"):
+                with lm_context(self.lm_for("deep")), role("fallback"):
                     pred = self.fallback(**inputs)
             except Exception as e:  # the fallback's own failure: keep the route for the search's records
                 _attach(e, route)
@@ -263,7 +263,7 @@ class RoutedProgram(dspy.Module):
                 return hit
         router = self._router_for(tuple(inputs))
         try:
-            with dspy.context(lm=self.lm_for("fast"), adapter=memoized(dspy.settings.adapter)), role("router"):
+            with lm_context(self.lm_for("fast")), role("router"):
                 out = router(**inputs, specialists=specialists)
         except AdapterParseError as e:
             return None, f"<unparseable router output: {str(e)[:200]}>"
