@@ -318,7 +318,8 @@ def ratios(rows: list[dict[str, Any]]) -> str:
         threads = rows[0]["threads"]
         out.append(f"- floors at {threads} threads, against dspy.GEPA's {b:.2f} ms of CPU per scored call: "
                    f"one bare dspy.Predict call {f:.2f} ms = {f / b:.2f}x; one routed call of ours with no search "
-                   f"around it (fixed one-specialist library, router memoised, warm sandbox) {g:.2f} ms = {g / b:.2f}x. "
+                   "around it (fixed one-specialist library, router memoised, warm sandbox) "
+                   f"{g:.2f} ms = {g / b:.2f}x. "
                    "Every scored call of ours costs at least the latter, so ours/dspy.GEPA cannot go below it.")
     return "\n".join(out)
 

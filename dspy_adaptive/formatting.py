@@ -29,7 +29,8 @@ _memos: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
 def lm_context(lm: Any):
-    """`dspy.context` for one of the optimizer's LM calls: `lm`, under the `memoized` form of the configured adapter."""
+    """`dspy.context` for one of the optimizer's LM calls: `lm`, under the `memoized` form of the
+    configured adapter."""
     return dspy.context(lm=lm, adapter=memoized(dspy.settings.adapter))
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import marshal
 import threading
 from collections import OrderedDict
-import marshal
 from dataclasses import dataclass, field
 
 from . import policy

@@ -10,8 +10,9 @@ and forks each worker from that image, which then runs `confine` (steps 3-4). St
 (`SandboxPool(start_method="spawn")`), the worker does all four itself.
 
 Start-up, in order, before any specialist code can run:
-1. runs as the host user (root here) with `-I -S -B` (forkserver.interpreter), an environment scrubbed to PATH+LANG, cwd = a
-   fresh scratch dir, stdin/stdout/stderr on /dev/null, only the two protocol pipes inherited;
+1. runs as the host user (root here) with `-I -S -B` (forkserver.interpreter), an environment
+   scrubbed to PATH+LANG, cwd = a fresh scratch dir, stdin/stdout/stderr on /dev/null, only the two
+   protocol pipes inherited;
 2. pre-imports everything it will ever need (after the privilege drop the interpreter's files
    under /root are unreadable, so late imports would fail -- that is a feature);
 3. sets rlimits: RLIMIT_AS (memory), RLIMIT_FSIZE=0 (SIGXFSZ ignored, so writes raise EFBIG),
