@@ -33,7 +33,8 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.formatting import lm_context
 from dspy_adaptive.library import FALLBACK, INACTIVE, Library
-from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.sandbox import PredictorBridge, PredictorCache, SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.sandbox.bridge import bridged_predictor  # noqa: F401 (re-exported for the baselines)
 from dspy_adaptive.usage import role
 
 _ROUTE_ATTR = "_adaptive_route"
@@ -105,26 +106,6 @@ def _router_signature(input_names: tuple[str, ...], instructions: str) -> type[d
     return dspy.Signature(fields, instructions)
 
 
-def bridged_predictor(kind: str, signature: str, instructions: str | None) -> dspy.Module:
-    """The host predictor that serves a sandboxed program's `dspy.<kind>(signature, instructions)`."""
-    cls = dspy.ChainOfThought if kind == "ChainOfThought" else dspy.Predict
-    return cls(_specialist_signature(signature, instructions))
-
-
-def _specialist_signature(signature: str, instructions: str | None) -> type[dspy.Signature]:
-    if len(signature) + len(instructions or "") > _MAX_CACHED_SIGNATURE_CHARS:  # a specialist's own text:
-        return _build_signature(signature, instructions)                      # keep the cache small
-    return _cached_signature(signature, instructions)
-
-
-def _build_signature(signature: str, instructions: str | None) -> type[dspy.Signature]:
-    return dspy.Signature(signature, instructions) if instructions else dspy.Signature(signature)
-
-
-_MAX_CACHED_SIGNATURE_CHARS = 20_000
-_cached_signature = functools.lru_cache(maxsize=512)(_build_signature)
-
-
 def normalise_tools(tools: Mapping[str, Callable] | Sequence[Callable] | None) -> dict[str, Callable]:
     if tools is None:
         return {}
@@ -138,36 +119,6 @@ def normalise_tools(tools: Mapping[str, Callable] | Sequence[Callable] | None) -
         if not callable(fn):
             raise TypeError(f"tool {name!r} is not callable")
     return items
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return str(value)
-
-
-class PredictorBridge:
-    """Host side of a sandboxed program's predictor and tool calls (runs in the calling thread, so DSPy's
-    trace and context apply). `predictor(name, kind, signature, instructions)` returns the host predictor
-    to run; `lm` is the profile LM; `role_name` files LM usage under that role. Shared by RoutedProgram's
-    specialists and the single-program baselines."""
-
-    def __init__(self, predictor: Callable[[str, str, str, str | None], dspy.Module], tools: Mapping[str, Callable],
-                 lm: Any, role_name: str = "specialist"):
-        self._predictor, self.tools, self.lm, self.role_name = predictor, tools, lm, role_name
-
-    def predict(self, *, name: str, kind: str, signature: str, instructions: str | None, inputs: dict) -> dict:
-        predictor = self._predictor(name, kind, signature, instructions)
-        with lm_context(self.lm), role(self.role_name):
-            pred = predictor(**inputs)
-        return {k: _jsonable(v) for k, v in pred.items()}
-
-    def tool(self, *, name: str, kwargs: dict) -> Any:
-        if name not in self.tools:
-            raise NameError(f"no tool named {name!r}")
-        return _jsonable(self.tools[name](**kwargs))
 
 
 class RoutedProgram(dspy.Module):
@@ -200,7 +151,7 @@ class RoutedProgram(dspy.Module):
         self._owns_sandbox = sandbox is None
         self._lock = threading.Lock()
         self._routers: dict[tuple[str, ...], dspy.Predict] = {}
-        self._predictors: dict[tuple, dspy.Module] = {}
+        self._predictors = PredictorCache()
         self._route_memo: dict[tuple, tuple[int | None, str | None]] | None = None
 
     # -- building variants -----------------------------------------------------------------------
@@ -213,7 +164,7 @@ class RoutedProgram(dspy.Module):
         clone._owns_sandbox = False
         clone._lock = threading.Lock()
         clone._routers = {}
-        clone._predictors = {}
+        clone._predictors = PredictorCache()
         return clone
 
     @property
@@ -288,8 +239,7 @@ class RoutedProgram(dspy.Module):
     def _run_specialist(self, k: int, inputs: dict, selected: int | None, answer: str | None):
         slot = self.library.slot(k)
         program = compile_program(slot.program_source).program
-        bridge = PredictorBridge(lambda *key: self._specialist_predictor(k, *key), self.tools,
-                                 self.lm_for(slot.profile))
+        bridge = PredictorBridge(self._predictors, self.tools, self.lm_for(slot.profile), scope=k, label=f"slot{k}")
         try:
             fields = self.sandbox.run(program, dict(inputs), bridge)
         except SpecialistError as e:
@@ -305,22 +255,14 @@ class RoutedProgram(dspy.Module):
                 self._routers[key] = dspy.Predict(_router_signature(input_names, self.library.router))
             return self._routers[key]
 
-    def _specialist_predictor(self, slot: int, name: str, kind: str, signature: str,
-                              instructions: str | None) -> dspy.Module:
-        key = (slot, name, kind, signature, instructions)
-        with self._lock:
-            if key not in self._predictors:
-                self._predictors[key] = bridged_predictor(kind, signature, instructions)
-            return self._predictors[key]
-
     def predictor_label(self, predictor: Any) -> str:
         """A readable name for a predictor seen in a DSPy trace: router, slot<k>.<name>, fallback.<name>."""
         with self._lock:
             if any(p is predictor for p in self._routers.values()):
                 return "router"
-            for (slot, name, kind, *_), p in self._predictors.items():
-                if p is predictor or getattr(p, "predict", None) is predictor:
-                    return f"slot{slot}.{name}"
+        label = self._predictors.label_of(predictor)
+        if label is not None:
+            return label
         for name, p in self.fallback.named_predictors():
             if p is predictor:
                 return f"fallback.{name}"
@@ -344,7 +286,7 @@ class RoutedProgram(dspy.Module):
         library = Library.from_dict(state["library"])
         self.fallback.load_state(state["fallback"], allow_unsafe_lm_state=allow_unsafe_lm_state)
         self.library = library
-        self._routers, self._predictors = {}, {}
+        self._routers, self._predictors = {}, PredictorCache()
 
     def export(self, directory: str | Path) -> Path:
         """Write the library for people to read: router.txt, library.json, slot_k/{description.txt,program.py,profile,active}."""

@@ -1,19 +1,27 @@
 """Sandbox for specialist programs (DESIGN.md §2, "Specialist programs are code").
 
-Layers: static policy (`check`, nothing runs) -> host-side compile (`compile_program`, pure,
-cached) -> warm isolated worker processes (`SandboxPool.run`) executing RestrictedPython code
-with a dspy shim whose predictor calls are bridged back to the calling host thread.
+Layers, each meant to hold when the others fail:
+  host bridge  (bridge.py, signature.py) nothing a specialist sends is evaluated on the host: strict
+               signature grammar, declared inputs only, plain JSON, caps, errors in our own words;
+  policy       (allowlist.py, policy.py, cleanroom.py, runtime.py) static check + RestrictedPython,
+               one allow-list of module names, guards and shim built without module globals;
+  limits       (isolation.set_rlimits) memory, CPU, no files written, no processes, wall-clock timeouts;
+  OS isolation (isolation.py) per-worker uid, Landlock, seccomp, empty network namespace;
+  lifetime     (pool.py, zygote.py, worker.py) one fresh process per request, forked from a warm zygote.
 
-Modules: policy.py (static rules + RestrictedPython transformer), compiler.py (CompiledProgram,
-CompileResult), runtime.py (in-worker guards, builtins, module proxies, dspy shim), worker.py
-(the worker process), zygote.py + forkserver.py (workers forked from a warm image), protocol.py (framing), pool.py (SandboxPool), errors.py
-(SpecialistError), bench.py (`python -m dspy_adaptive.sandbox.bench`).
+Modules: compiler.py (CompiledProgram, CompileResult), protocol.py (framing), forkserver.py (host side
+of the zygote), errors.py (SpecialistError), bench.py (`python -m dspy_adaptive.sandbox.bench`).
 """
 
+from .allowlist import ALLOWED_MODULES, ALLOWED_NAMES
+from .bridge import BridgeLimits, BridgeRefused, PredictorBridge, PredictorCache, PredictRequest, ToolRequest
 from .compiler import CompiledProgram, CompileResult, compile_program
 from .errors import SpecialistError
-from .policy import ALLOWED_MODULES, check
-from .pool import HostBridge, RunResult, SandboxPool
+from .isolation import Layers
+from .policy import check
+from .pool import HostBridge, IsolationReport, RunResult, SandboxIsolationError, SandboxPool
 
-__all__ = ["ALLOWED_MODULES", "CompileResult", "CompiledProgram", "HostBridge", "RunResult",
-           "SandboxPool", "SpecialistError", "check", "compile_program"]
+__all__ = ["ALLOWED_MODULES", "ALLOWED_NAMES", "BridgeLimits", "BridgeRefused", "CompileResult", "CompiledProgram",
+           "HostBridge", "IsolationReport", "Layers", "PredictRequest", "PredictorBridge", "PredictorCache",
+           "RunResult", "SandboxIsolationError", "SandboxPool", "SpecialistError", "ToolRequest", "check",
+           "compile_program"]

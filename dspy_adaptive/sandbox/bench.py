@@ -1,7 +1,8 @@
 """Per-call overhead of the sandbox: `python -m dspy_adaptive.sandbox.bench [--calls N]`.
 
 Runs a trivial specialist (no predictor calls; returns Prediction(answer=x)) N times through a
-warm pool and prints median / p90 / max wall-clock milliseconds per call, plus worker start-up.
+pool and prints median / p90 / max wall-clock milliseconds per call -- each call a fresh, fully
+confined worker forked from the warm zygote -- plus the zygote's start-up and the layers applied.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ TRIVIAL = "class Solver(dspy.Module):\n    def forward(self, x):\n        return
 
 
 class _NoBridge:
-    def predict(self, **kw):  # pragma: no cover - the trivial specialist makes no calls
+    def predict(self, request):  # pragma: no cover - the trivial specialist makes no calls
         raise RuntimeError("unexpected predictor call")
 
-    def tool(self, **kw):  # pragma: no cover
+    def tool(self, request):  # pragma: no cover
         raise RuntimeError("unexpected tool call")
 
 
@@ -28,10 +29,10 @@ def measure(calls: int = 200) -> dict[str, float]:
     program = compile_program(TRIVIAL).program
     with SandboxPool(max_workers=1, timeout=10) as pool:
         t0 = time.perf_counter()
-        pool.warm(1)
+        report = pool.isolation_report()
         startup = time.perf_counter() - t0
         bridge = _NoBridge()
-        pool.run(program, {"x": -1}, bridge)  # first call loads the program into the worker
+        pool.run(program, {"x": -1}, bridge)
         times = []
         for i in range(calls):
             t = time.perf_counter()
@@ -41,16 +42,16 @@ def measure(calls: int = 200) -> dict[str, float]:
     times.sort()
     return {"calls": calls, "median_ms": statistics.median(times) * 1e3,
             "p90_ms": times[int(0.9 * (len(times) - 1))] * 1e3, "max_ms": times[-1] * 1e3,
-            "worker_startup_ms": startup * 1e3}
+            "startup_ms": startup * 1e3, "isolation": report.summary()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--calls", type=int, default=200)
     r = measure(ap.parse_args().calls)
-    print(f"trivial specialist, {r['calls']} calls through a warm pool: "
+    print(f"trivial specialist, {r['calls']} calls, a fresh confined worker each: "
           f"median {r['median_ms']:.3f} ms, p90 {r['p90_ms']:.3f} ms, max {r['max_ms']:.3f} ms "
-          f"(worker start-up {r['worker_startup_ms']:.0f} ms, once per worker)")
+          f"(zygote start-up and isolation check {r['startup_ms']:.0f} ms, once per pool)\n{r['isolation']}")
 
 
 if __name__ == "__main__":

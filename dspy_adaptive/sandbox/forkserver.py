@@ -3,10 +3,10 @@ those workers through pidfds.
 
 A forked worker is the zygote's child, not ours, so `subprocess.Popen` cannot manage it.
 `ForkedProcess` offers the part of Popen's interface the pool uses (pid, poll, wait, send_signal,
-returncode): exit is observed through a pidfd (Linux >= 5.3; race-free, no pid reuse), signals
-go through `pidfd_send_signal`, and the exit code is read from the zygote, which reaps a child only
-when asked. `available()` says whether this platform can do all that; otherwise the pool starts
-every worker directly (the slower path, same confinement).
+returncode): exit is observed through a pidfd that the zygote opened before it could reap the child
+(Linux >= 5.3; race-free, no pid reuse), signals go through `pidfd_send_signal`, and the exit code
+is asked of the zygote only when it is needed (a crash). `available()` says whether this platform
+can do all that; otherwise the pool starts every worker directly (the slower path, same confinement).
 """
 
 from __future__ import annotations
@@ -52,21 +52,28 @@ def scrubbed_env() -> dict[str, str]:
 
 
 class ForkServer:
-    """One zygote per pool, started lazily; thread-safe (requests are serialised)."""
+    """One zygote per pool, started lazily; thread-safe (requests are serialised).
 
-    def __init__(self, debug: bool = False):
+    netns: ask the zygote (when the host is root) to enter empty network and IPC namespaces, which its
+    workers inherit. After start, `ready` holds the zygote's report: {"probe": isolation.probe() as seen
+    by the zygote, "netns": whether it entered the namespaces}."""
+
+    def __init__(self, debug: bool = False, netns: bool = True):
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._debug = debug
+        self._netns = netns
         self._closed = False
+        self.ready: dict = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _start_locked(self) -> None:
         host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                [*interpreter(ZYGOTE_PATH), str(zygote_end.fileno()), RESTRICTED_PYTHON_DIR],
+                [*interpreter(ZYGOTE_PATH), str(zygote_end.fileno()), RESTRICTED_PYTHON_DIR,
+                 json.dumps({"netns": self._netns})],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=None if self._debug else subprocess.DEVNULL, env=scrubbed_env(), cwd="/",
                 pass_fds=(zygote_end.fileno(),), close_fds=True, start_new_session=True)
@@ -76,10 +83,11 @@ class ForkServer:
         finally:
             zygote_end.close()
         self._sock = host_end
-        ready = self._reply_locked(STARTUP_TIMEOUT)
+        ready, _ = self._reply_locked(STARTUP_TIMEOUT)
         if ready.get("op") != "ready":
             self._stop_locked()
             raise SpecialistError(f"sandbox fork server failed to start ({ready!r})", "crash")
+        self.ready = ready
 
     def _stop_locked(self) -> None:
         if self._sock is not None:
@@ -110,15 +118,17 @@ class ForkServer:
         return self._proc.pid if self._proc is not None else None
 
     # -- requests ----------------------------------------------------------------------------------
-    def _reply_locked(self, timeout: float) -> dict:
+    def _reply_locked(self, timeout: float) -> tuple[dict, list[int]]:
         assert self._sock is not None
         r, _, _ = select.select([self._sock], [], [], timeout)
         if not r:
             raise SpecialistError(f"sandbox fork server did not answer within {timeout:g}s", "crash")
-        data = self._sock.recv(65536)
+        data, fds, _flags, _addr = socket.recv_fds(self._sock, 65536, 1)
         if not data:
+            for fd in fds:
+                os.close(fd)
             raise ConnectionError("sandbox fork server exited")
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8")), fds
 
     def _ensure_started_locked(self) -> None:
         """(Re)start the zygote unless it is running: lazily, on prestart, or after it died."""
@@ -129,7 +139,7 @@ class ForkServer:
     def _alive_locked(self) -> bool:
         return self._sock is not None and self._proc is not None and self._proc.poll() is None
 
-    def _request_locked(self, msg: dict, fds: tuple[int, ...] = ()) -> dict:
+    def _request_locked(self, msg: dict, fds: tuple[int, ...] = ()) -> tuple[dict, list[int]]:
         if self._closed:   # e.g. a background prestart racing the pool's close(): never restart
             raise SpecialistError("sandbox fork server is closed", "crash")
         data = json.dumps(msg).encode("utf-8")
@@ -138,18 +148,20 @@ class ForkServer:
         socket.send_fds(self._sock, [data], list(fds)) if fds else self._sock.send(data)
         return self._reply_locked(REPLY_TIMEOUT)
 
-    def fork(self, fds: tuple[int, int], scratch: str, cfg: dict) -> "ForkedProcess":
-        """Fork a worker that serves `fds` (its request-read and reply-write ends) from `scratch`."""
-        msg = {"op": "fork", "cfg": cfg, "scratch": scratch}
+    def fork(self, fds: tuple[int, int], cfg: dict) -> "ForkedProcess":
+        """Fork a worker that serves `fds` (its request-read and reply-write ends), confined as `cfg` says."""
+        msg = {"op": "fork", "cfg": cfg}
         with self._lock:
             try:
-                reply = self._request_locked(msg, fds)
+                reply, pidfds = self._request_locked(msg, fds)
             except (ConnectionError, OSError):   # the zygote died since the last request: restart once
                 self._stop_locked()
-                reply = self._request_locked(msg, fds)
-        if reply.get("op") != "forked":
+                reply, pidfds = self._request_locked(msg, fds)
+        if reply.get("op") != "forked" or len(pidfds) != 1:
+            for fd in pidfds:
+                os.close(fd)
             raise SpecialistError(f"sandbox fork server could not start a worker ({reply.get('reason')})", "crash")
-        return ForkedProcess(int(reply["pid"]), self)
+        return ForkedProcess(int(reply["pid"]), self, pidfds[0])
 
     def status(self, pid: int) -> int | None:
         """A child's return code (Popen's convention: None while it runs); reaps it if it has exited.
@@ -158,9 +170,11 @@ class ForkServer:
             if not self._alive_locked():   # a new zygote would not know this child
                 return UNKNOWN_EXIT
             try:
-                reply = self._request_locked({"op": "status", "pid": pid})
+                reply, fds = self._request_locked({"op": "status", "pid": pid})
             except (ConnectionError, OSError, SpecialistError):
                 return UNKNOWN_EXIT
+            for fd in fds:
+                os.close(fd)
         if reply.get("running"):
             return None
         rc = reply.get("returncode")
@@ -170,15 +184,11 @@ class ForkServer:
 class ForkedProcess:
     """The subset of `subprocess.Popen` the pool uses, for a worker forked by the zygote."""
 
-    def __init__(self, pid: int, server: ForkServer):
+    def __init__(self, pid: int, server: ForkServer, pidfd: int):
         self.pid = pid
         self.returncode: int | None = None
         self._server = server
-        try:
-            self._pidfd: int | None = os.pidfd_open(pid)
-        except ProcessLookupError:   # already gone (and a zombie would still be found): read its status
-            self._pidfd = None
-            self.returncode = server.status(pid)
+        self._pidfd: int | None = pidfd
 
     def _exited(self, timeout: float) -> bool:
         if self._pidfd is None:
@@ -212,6 +222,20 @@ class ForkedProcess:
                 signal.pidfd_send_signal(self._pidfd, sig)
             except ProcessLookupError:
                 pass
+
+    def discard(self) -> None:
+        """SIGKILL (if still running) and drop the handle without asking the zygote for the exit code:
+        the zygote reaps the child itself. For a worker whose request is over."""
+        if self._pidfd is not None:
+            if self.returncode is None:
+                try:
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                except (ProcessLookupError, OSError):
+                    pass
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self.returncode is None:
+            self.returncode = -signal.SIGKILL
 
     def __del__(self) -> None:
         if getattr(self, "_pidfd", None) is not None:

@@ -21,26 +21,29 @@ top-level module to compile with the same transformer, so it must not use packag
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 
 from RestrictedPython.transformer import ALLOWED_FUNC_NAMES, INSPECT_ATTRIBUTES, RestrictingNodeTransformer
 
+try:  # imported as dspy_adaptive.sandbox.policy (host) or as top-level `policy` (worker)
+    from . import allowlist
+except ImportError:  # pragma: no cover - exercised in the worker process
+    import allowlist  # type: ignore[no-redef]
+
 FILENAME = "<specialist>"
 
-#: Modules a specialist may import (besides `dspy`, which binds the in-sandbox shim).
-ALLOWED_MODULES = (
-    "collections", "datetime", "decimal", "fractions", "functools", "heapq", "itertools",
-    "json", "math", "re", "statistics", "string", "typing",
-)
+#: Modules a specialist may import (besides `dspy`, which binds the in-sandbox shim), and the names it
+#: may use from each: the one allow-list (allowlist.py).
+ALLOWED_MODULES = allowlist.ALLOWED_MODULES
+ALLOWED_NAMES = allowlist.ALLOWED_NAMES
 
-#: Public names of allowed modules that are still denied (they evaluate strings as code or reach
-#: attributes through format strings). Also enforced at run time by the module proxies.
-DENIED_MODULE_NAMES = {
-    "string": {"Formatter"},
-    "typing": {"get_type_hints", "ForwardRef", "evaluate_forward_ref", "no_type_check",
-               "no_type_check_decorator"},
-    "functools": {"singledispatch", "singledispatchmethod"},  # registration evaluates annotations
-}
+#: Characters that make the code a person reads differ from the code that runs ("Trojan Source",
+#: CVE-2021-42574): bidirectional overrides/isolates and invisible format characters. Refused anywhere
+#: in the source, strings and comments included; so are control characters other than tab and newline.
+_HIDDEN = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\u00ad\u061c\u180e"
+                     "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 #: Builtins that are rejected wherever the name appears (load or store).
 FORBIDDEN_NAMES = frozenset({
@@ -117,6 +120,7 @@ class _PolicyVisitor(ast.NodeVisitor):
     def __init__(self) -> None:
         self.reasons: list[tuple[int, str]] = []
         self._class_depth = 0
+        self._module_aliases: dict[str, str] = {}   # local name -> allow-listed module it was bound to
 
     def flag(self, node: ast.AST, msg: str) -> None:
         self.reasons.append((getattr(node, "lineno", 0) or 0, msg))
@@ -130,7 +134,8 @@ class _PolicyVisitor(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            self._module_ok(node, alias.name)
+            if self._module_ok(node, alias.name) and alias.name in ALLOWED_NAMES and "." not in alias.name:
+                self._module_aliases[alias.asname or alias.name] = alias.name
             if alias.asname and alias.asname.startswith("_"):
                 self.flag(node, f"import alias {alias.asname!r} is not allowed (names starting with '_' are reserved)")
 
@@ -146,8 +151,8 @@ class _PolicyVisitor(ast.NodeVisitor):
                 self.flag(node, f"star import from {mod!r} is not allowed")
             elif alias.name.startswith("_"):
                 self.flag(node, f"import of {mod}.{alias.name} is not allowed (names starting with '_' are reserved)")
-            elif alias.name in DENIED_MODULE_NAMES.get(mod, ()):
-                self.flag(node, f"import of {mod}.{alias.name} is not allowed (it can evaluate code or reach attributes)")
+            elif mod != "dspy" and not allowlist.allowed(mod, alias.name):
+                self.flag(node, f"import of {mod}.{alias.name} is not allowed ({_names_hint(mod)})")
             if alias.asname and alias.asname.startswith("_"):
                 self.flag(node, f"import alias {alias.asname!r} is not allowed (names starting with '_' are reserved)")
 
@@ -168,6 +173,10 @@ class _PolicyVisitor(ast.NodeVisitor):
                    if node.attr in ("format", "format_map", "vformat", "Formatter") else
                    "it exposes interpreter internals or evaluates code")
             self.flag(node, f"attribute {node.attr!r} is not allowed ({why})")
+        elif isinstance(node.value, ast.Name) and node.value.id in self._module_aliases:
+            mod = self._module_aliases[node.value.id]
+            if not allowlist.allowed(mod, node.attr):
+                self.flag(node, f"{mod}.{node.attr} is not allowed ({_names_hint(mod)})")
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -228,6 +237,36 @@ class _PolicyVisitor(ast.NodeVisitor):
         return
 
 
+def _names_hint(mod: str) -> str:
+    names = sorted(ALLOWED_NAMES.get(mod, ()))
+    shown = ", ".join(names[:25]) + (", ..." if len(names) > 25 else "")
+    return f"allowed from {mod}: {shown}"
+
+
+def _hidden_characters(source: str) -> list[tuple[int, str]]:
+    out = []
+    for i, line in enumerate(source.split("\n"), 1):
+        m = _HIDDEN.search(line.rstrip("\r"))
+        if m:
+            out.append((i, f"the source contains the invisible or control character U+{ord(m.group()):04X}; "
+                           "it can make the code people read differ from the code that runs"))
+    return out
+
+
+def _non_ascii_identifiers(source: str) -> list[tuple[int, str]]:
+    """Identifiers must be ASCII: Python folds look-alike letters (NFKC) into other names, so 'ｅｖａｌ' is
+    'eval' when it runs. Strings and comments may hold any text."""
+    out = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.NAME and not tok.string.isascii():
+                out.append((tok.start[0], f"identifier {tok.string!r} is not ASCII (look-alike letters are "
+                                          "folded into other names when the code runs)"))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        pass   # ast.parse reports the syntax error
+    return out
+
+
 def _fmt(reasons: list[tuple[int, str]]) -> list[str]:
     seen: set[str] = set()
     out: list[str] = []
@@ -256,6 +295,8 @@ def check_and_compile(source: str):
     except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
         return [f"line 0: source cannot be parsed: {type(e).__name__}: {e}"], None
     v = _PolicyVisitor()
+    v.reasons.extend(_hidden_characters(source))
+    v.reasons.extend(_non_ascii_identifiers(source))
     v.visit(tree)
     flagged_lines = {line for line, _ in v.reasons}
     try:

@@ -1,18 +1,21 @@
-"""SandboxPool: warm worker subprocesses that run compiled specialists, thread-safe.
+"""SandboxPool: runs compiled specialists, one fresh confined process per request; thread-safe.
 
-Each `run()` holds one worker for its duration; the pool grows lazily to `max_workers`. The
-calling thread drives the whole exchange: it sends the request, then waits for worker frames;
-predictor/tool RPCs are answered by calling `bridge.predict` / `bridge.tool` IN THIS THREAD (so
-`dspy.settings.trace` / `dspy.context` set by the caller apply and DSPy's trace records each
-predictor call). The timeout counts only time spent waiting for the worker, not the bridge.
+Each `run()` gets a NEW worker, forked from the warm zygote (forkserver.py / zygote.py, ~1-2 ms) or,
+where the platform lacks pidfds, started directly. The worker serves that one request and exits, so
+nothing a request leaves behind (class registries, contexts, finalizers, patched objects) can reach
+another one. At most `max_workers` run at once.
 
-Workers are forked from a warm zygote (forkserver.py / zygote.py: ~2 ms instead of ~60 ms of
-interpreter start-up and imports each) where the platform has pidfds, else started directly.
+The calling thread drives the whole exchange: it sends the request, then waits for worker frames.
+Predictor and tool requests are validated by the host bridge (bridge.py: strict signature grammar,
+declared inputs only, plain JSON, caps) and only then served by `bridge.predict` / `bridge.tool` IN
+THIS THREAD (so `dspy.settings.trace` / `dspy.context` set by the caller apply and DSPy's trace
+records each predictor call). Two clocks bound a call: `timeout` counts the time spent waiting for
+the worker (its own compute), `call_timeout` the whole call including the host's bridge work.
 
-A worker that times out, crashes, exhausts memory or breaks the protocol is SIGKILLed, reaped and
-replaced lazily (next acquire spawns a fresh one). Workers are killed on close(), on garbage
-collection of the pool and at interpreter exit (weakref.finalize), and exit by themselves on EOF
-of their request pipe if the host dies. Scratch dirs are removed with their worker.
+A worker that times out, crashes, exhausts memory or breaks the protocol is SIGKILLed; every worker
+is killed when its request is over. The zygote is stopped on close(), on garbage collection of the
+pool and at interpreter exit (weakref.finalize), and exits by itself if the host dies; workers exit
+on EOF of their request pipe. Workers have no scratch directory: they cannot create files at all.
 """
 
 from __future__ import annotations
@@ -20,33 +23,52 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
+import random
 import signal
 import subprocess
-import tempfile
+import sys
 import threading
 import time
+import warnings
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from . import forkserver, protocol
+from . import forkserver, isolation, protocol
+from .bridge import (
+    BridgeLimits,
+    BridgeRefused,
+    PredictRequest,
+    ToolRequest,
+    json_size,
+    parse_predict,
+    parse_tool,
+    sandbox_error_text,
+    to_plain,
+)
 from .compiler import CompiledProgram, is_compiled, source_hash
 from .errors import SpecialistError
+from .isolation import Layers
 
 WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 STDOUT_CAP = 65536
 STARTUP_TIMEOUT = 30.0
 NOBODY = 65534
+UID_RANGE = (1 << 30, (1 << 31) - 2)   # per-worker uids (root hosts): unused by any account
+ISOLATION_MODES = ("strict", "warn")
 
 
 class HostBridge(Protocol):
-    """Implemented by the caller (RoutedProgram); runs on the host, in the thread calling run()."""
+    """Implemented by the caller (RoutedProgram); runs on the host, in the thread calling run().
+    It only ever sees requests the pool has validated."""
 
-    def predict(self, *, name: str, kind: str, signature: str, instructions: str | None,
-                inputs: dict) -> dict: ...
+    def predict(self, request: PredictRequest) -> Mapping[str, Any]: ...
 
-    def tool(self, *, name: str, kwargs: dict) -> Any: ...
+    def tool(self, request: ToolRequest) -> Any: ...
+
+
+class SandboxIsolationError(RuntimeError):
+    """isolation="strict" and this host cannot apply every OS layer."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +77,40 @@ class RunResult:
     stdout: str
     predictor_calls: int
     tool_calls: int
-    compute_seconds: float  # host-measured wall time waiting for the worker (bridge time excluded)
+    compute_seconds: float          # host-measured wall time waiting for the worker (bridge time excluded)
+    refused: tuple[str, ...] = ()   # bridge requests refused during the call (reasons)
+
+
+@dataclass(frozen=True)
+class IsolationReport:
+    """What confines this pool's workers, measured: `available` is what the host offers, `requested`
+    what the pool applies, `applied` what the first worker confirmed, `missing` every layer that does
+    not hold here with the reason."""
+
+    platform: str
+    root: bool
+    mode: str
+    requested: dict[str, bool]
+    available: dict[str, bool]
+    applied: dict[str, bool] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    landlock_abi: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"platform": self.platform, "root": self.root, "mode": self.mode, "requested": dict(self.requested),
+                "available": dict(self.available), "applied": dict(self.applied), "missing": dict(self.missing),
+                "landlock_abi": self.landlock_abi}
+
+    def summary(self) -> str:
+        on = [k for k, v in self.available.items() if v and self.requested.get(k, True)]
+        s = f"sandbox isolation on {self.platform} ({'root' if self.root else 'user'}): {', '.join(on) or 'none'}"
+        if self.missing:
+            s += "; NOT enforced: " + "; ".join(f"{k} ({v})" for k, v in self.missing.items())
+        return s
 
 
 def _debug() -> bool:
@@ -63,129 +118,139 @@ def _debug() -> bool:
 
 
 class _Worker:
-    def __init__(self, proc: "subprocess.Popen | forkserver.ForkedProcess", to_fd: int, from_fd: int,
-                 scratch: str, uid: int):
-        self.proc, self.to_fd, self.from_fd, self.scratch, self.uid = proc, to_fd, from_fd, scratch, uid
-        self.known: set[str] = set()
-        self.dead = False
+    def __init__(self, proc: "subprocess.Popen | forkserver.ForkedProcess", to_fd: int, from_fd: int, uid: int):
+        self.proc, self.to_fd, self.from_fd, self.uid = proc, to_fd, from_fd, uid
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
-    def alive(self) -> bool:
-        return not self.dead and self.proc.poll() is None
-
-    def kill(self) -> int | None:
-        self.dead = True
+    def wait_exit(self, timeout: float) -> int | None:
         try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGKILL)
-            rc = self.proc.wait(timeout=5)
-        except Exception:  # pragma: no cover
-            rc = self.proc.returncode
-        self._cleanup()
-        return rc
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
-    def stop(self) -> None:
-        """Polite shutdown (exit message), then SIGKILL if needed."""
-        if self.proc.poll() is None and not self.dead:
-            try:
-                protocol.send(self.to_fd, {"op": "exit"})
-                self.proc.wait(timeout=0.5)
-            except Exception:
-                pass
-        self.kill()
-
-    def _cleanup(self) -> None:
+    def finish(self) -> None:
+        """Kill the worker (its request is over) and release everything it held."""
         for fd in (self.to_fd, self.from_fd):
             try:
                 os.close(fd)
             except OSError:
                 pass
         self.to_fd = self.from_fd = -1
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        if isinstance(self.proc, forkserver.ForkedProcess):
+            self.proc.discard()
+        else:
+            try:
+                if self.proc.poll() is None:
+                    self.proc.send_signal(signal.SIGKILL)
+                self.proc.wait(timeout=5)
+            except Exception:  # noqa: BLE001 - pragma: no cover
+                pass
 
 
-def _shutdown(workers: set, lock: threading.Lock, server: "forkserver.ForkServer | None") -> None:
+def _shutdown(live: set, lock: threading.Lock, server: "forkserver.ForkServer | None") -> None:
     with lock:
-        ws = list(workers)
-        workers.clear()
+        ws = list(live)
+        live.clear()
     for w in ws:
-        w.stop()
+        w.finish()
     if server is not None:
         server.close()
 
 
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "toDict") and callable(value.toDict):
-        value = value.toDict()
-    elif isinstance(value, Mapping) and not isinstance(value, dict):
-        value = dict(value)
-    return json.loads(json.dumps(value, default=str))
+class _CallState:
+    """Bookkeeping of one call: bridge requests served and refused, distinct predictors, clocks."""
+
+    def __init__(self, call_timeout: float):
+        self.deadline = time.monotonic() + call_timeout
+        self.n_pred = self.n_tool = 0
+        self.defs: set[tuple] = set()
+        self.refused: list[str] = []
+        self.limit_hit: str | None = None
+        self.host_exc: BaseException | None = None
 
 
 class SandboxPool:
-    """Pool of warm sandbox workers. See module docstring."""
+    """Runs compiled specialists in fresh confined worker processes. See module docstring.
 
-    def __init__(self, *, max_workers: int = 4, timeout: float = 30.0, memory_mb: int = 512,
-                 max_output_bytes: int = 1_000_000, max_predictor_calls: int = 100,
-                 tool_names: Sequence[str] = (), max_tool_calls: int | None = None,
-                 recursion_limit: int = 500, start_method: str = "auto"):
+    Args:
+        max_workers: requests that may run at once.
+        timeout: seconds a request may spend in its worker (compute), bridge time excluded.
+        call_timeout: seconds for the whole call, the host's LM and tool calls included
+            (default: max(600, timeout)).
+        memory_mb: address-space limit of a worker.
+        max_output_bytes: size of a worker's outputs and of one bridge request, as JSON.
+        max_predictor_calls / max_tool_calls: per request.
+        tool_names: the tools a specialist may call by name.
+        isolation: "warn" (default: run with what this host offers, warn once about the rest) or
+            "strict" (refuse to start unless every OS layer holds here; see `isolation_report()`).
+        layers: which OS layers to apply (all by default). Switching layers off is for tests and
+            diagnosis; "strict" refuses a pool with layers switched off.
+        limits: caps on bridge requests (bridge.BridgeLimits).
+    """
+
+    def __init__(self, *, max_workers: int = 4, timeout: float = 30.0, call_timeout: float | None = None,
+                 memory_mb: int = 512, max_output_bytes: int = 1_000_000, max_predictor_calls: int = 100,
+                 tool_names: Sequence[str] = (), max_tool_calls: int | None = None, recursion_limit: int = 500,
+                 start_method: str = "auto", isolation: str = "warn", layers: Layers = Layers(),
+                 limits: BridgeLimits = BridgeLimits()):
         if max_workers < 1:
             raise ValueError("max_workers must be >= 1")
         if start_method not in ("auto", "forkserver", "spawn"):
             raise ValueError(f"start_method must be 'auto', 'forkserver' or 'spawn', got {start_method!r}")
+        if isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
         if start_method == "forkserver" and not forkserver.available():
             raise ValueError("start_method='forkserver' needs Linux >= 5.3 (pidfd); use 'spawn' or 'auto'")
-        use_fork = start_method == "forkserver" or (start_method == "auto" and forkserver.available())
-        self.start_method = "forkserver" if use_fork else "spawn"
-        self._forkserver = forkserver.ForkServer(debug=_debug()) if use_fork else None
         for t in tool_names:
             if not (isinstance(t, str) and t.isidentifier() and not t.startswith("_")):
                 raise ValueError(f"tool name {t!r} must be a public identifier")
+        use_fork = start_method == "forkserver" or (start_method == "auto" and forkserver.available())
+        self.start_method = "forkserver" if use_fork else "spawn"
+        self.layers = layers
+        self.isolation = isolation
+        self.limits = limits
+        self._forkserver = forkserver.ForkServer(debug=_debug(), netns=layers.netns) if use_fork else None
         self.max_workers = max_workers
         self.timeout = float(timeout)
+        self.call_timeout = float(call_timeout) if call_timeout is not None else max(600.0, self.timeout)
         self.memory_mb = int(memory_mb)
         self.max_output_bytes = int(max_output_bytes)
         self.max_predictor_calls = int(max_predictor_calls)
         self.max_tool_calls = int(max_predictor_calls if max_tool_calls is None else max_tool_calls)
         self.tool_names = tuple(tool_names)
         self.recursion_limit = int(recursion_limit)
-        self._cond = threading.Condition()
-        self._lock = threading.Lock()          # guards _workers (shared with the finalizer)
-        self._workers: set[_Worker] = set()
-        self._idle: list[_Worker] = []
-        self._n_live = 0                       # live + spawning
+        self._slots = threading.BoundedSemaphore(max_workers)
+        self._lock = threading.Lock()            # guards _live and counters (shared with the finalizer)
+        self._live: set[_Worker] = set()
+        self._uids: set[int] = set()
         self._closed = False
+        self._report: IsolationReport | None = None
+        self._report_lock = threading.Lock()
+        self._warned = False
         self._counters = dict(calls=0, ok=0, errors=0, timeouts=0, crashes=0, memory=0, spawned=0,
-                              respawns=0, predictor_calls=0, tool_calls=0)
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._lock, self._forkserver)
+                              predictor_calls=0, tool_calls=0, refused=0)
+        self._finalizer = weakref.finalize(self, _shutdown, self._live, self._lock, self._forkserver)
 
     # ------------------------------------------------------------------ public API
     @property
     def stats(self) -> dict[str, int]:
-        with self._cond:
+        with self._lock:
             d = dict(self._counters)
-            d.update(workers=self._n_live, idle=len(self._idle))
+            d.update(workers=len(self._live))
             return d
 
     def worker_pids(self) -> list[int]:
+        """Pids of the workers serving a request right now."""
         with self._lock:
-            return [w.pid for w in self._workers if w.alive()]
-
-    def warm(self, n: int | None = None) -> None:
-        """Start workers up to n (default max_workers) so first calls do not pay start-up."""
-        n = self.max_workers if n is None else min(n, self.max_workers)
-        ws = [self._acquire() for _ in range(n)]
-        for w in ws:
-            self._release(w, True)
+            return [w.pid for w in self._live]
 
     def prestart(self) -> None:
         """Start the fork server in the background, so the first specialist call does not wait the ~50 ms
-        of its start-up (a search calls this before its seed validation, which needs no worker).
-        Workers are still forked on demand: forking all of them up front cost CPU at no measured wall
-        gain. A failure here is left for the first call, which restarts the server and reports."""
+        of its start-up (a search calls this before its seed validation, which needs no worker). A failure
+        here is left for the first call, which restarts the server and reports."""
         if self._forkserver is not None and not self._closed:
             threading.Thread(target=self._prestart, name="sandbox-prestart", daemon=True).start()
 
@@ -195,8 +260,32 @@ class SandboxPool:
         except Exception:  # noqa: BLE001 - see prestart()
             pass
 
+    def warm(self, n: int | None = None) -> None:
+        """Start the fork server now (workers are per request, so there is nothing else to warm)."""
+        if self._forkserver is not None:
+            self._forkserver.start()
+
+    def isolation_report(self) -> IsolationReport:
+        """Which OS layers hold for this pool's workers, measured by starting one (cached). In "strict"
+        mode raises SandboxIsolationError if any does not; in "warn" mode warns once."""
+        with self._report_lock:
+            if self._report is None:
+                self._report = self._measure_isolation()
+            report = self._report
+        if report.missing:
+            if self.isolation == "strict":
+                raise SandboxIsolationError(
+                    "isolation='strict' but these sandbox layers do not hold on this host: "
+                    + "; ".join(f"{k}: {v}" for k, v in report.missing.items())
+                    + ". Run on Linux >= 5.13 with Landlock and libseccomp (as root for per-worker uids and an "
+                      "empty network namespace), or use isolation='warn' to accept the weaker sandbox.")
+            if not self._warned:
+                self._warned = True
+                warnings.warn(report.summary(), RuntimeWarning, stacklevel=2)
+        return report
+
     def run(self, program: CompiledProgram, inputs: dict, bridge: HostBridge) -> dict[str, Any]:
-        """Run program.forward(**inputs) in a warm worker; return the Prediction's fields."""
+        """Run program.forward(**inputs) in a fresh worker; return the Prediction's fields."""
         return self.run_detailed(program, inputs, bridge).outputs
 
     def run_detailed(self, program: CompiledProgram, inputs: dict, bridge: HostBridge) -> RunResult:
@@ -207,14 +296,11 @@ class SandboxPool:
 
     def _run_unchecked(self, source: str, inputs: dict, bridge: HostBridge | None = None,
                        class_name: str = "Solver") -> RunResult:
-        """TEST ONLY: run source with full builtins (policy bypassed) to test the OS-level layers."""
+        """TEST ONLY: run source with full builtins (policy bypassed) to test the other layers alone."""
         return self._execute(source, source_hash(source), class_name, inputs, bridge, False)
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._idle.clear()
-            self._cond.notify_all()
+        self._closed = True
         self._finalizer()
 
     def __enter__(self) -> "SandboxPool":
@@ -223,103 +309,109 @@ class SandboxPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ workers
-    def _start_process(self, fds: tuple[int, int], scratch: str, cfg: dict):
-        """Fork the worker from the warm zygote, or start a fresh interpreter (start_method="spawn")."""
+    # ------------------------------------------------------------------ isolation
+    def _available(self) -> tuple[dict[str, Any], bool]:
         if self._forkserver is not None:
-            return self._forkserver.fork(fds, scratch, cfg)
-        return subprocess.Popen(
-            [*forkserver.interpreter(WORKER_PATH), str(fds[0]), str(fds[1]), json.dumps(cfg),
-             forkserver.RESTRICTED_PYTHON_DIR],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=None if _debug() else subprocess.DEVNULL,
-            env=forkserver.scrubbed_env(), cwd=scratch, pass_fds=fds, close_fds=True, start_new_session=True)
+            self._forkserver.start()
+            ready = self._forkserver.ready
+            return ready.get("probe") or {}, bool(ready.get("netns"))
+        probe = isolation.probe()
+        return probe, bool(probe.get("netns"))
 
-    def _spawn(self) -> _Worker:
+    def _measure_isolation(self) -> IsolationReport:
+        probe, netns = self._available()
+        root = hasattr(os, "getuid") and os.getuid() == 0
+        available = {"rlimits": sys.platform != "win32", "uid": bool(probe.get("uid")),
+                     "landlock": int(probe.get("landlock_abi") or 0) > 0, "seccomp": bool(probe.get("seccomp")),
+                     "netns": netns}
+        requested = self.layers.to_dict()
+        reasons = dict(probe.get("reasons") or {})
+        if self.layers.netns and not netns and "netns" not in reasons:
+            reasons["netns"] = "the fork server could not enter an empty network namespace"
+        applied = self._confirm_layers() if not self._closed else {}
+        missing = {}
+        for k, want in requested.items():
+            if not want:
+                missing[k] = "switched off for this pool"
+            elif not available.get(k):
+                missing[k] = reasons.get(k, "unavailable on this host")
+        abi = int(probe.get("landlock_abi") or 0)
+        if available["landlock"] and abi < 4 and requested["landlock"]:
+            missing.setdefault("landlock_net", f"Landlock ABI {abi} has no network rights (needs >= 4)")
+        return IsolationReport(sys.platform, root, self.isolation, requested, available, applied, missing, abi)
+
+    def _confirm_layers(self) -> dict[str, bool]:
+        """Start one worker and read the layers it reports applied (then let it go unused)."""
+        w = self._start_worker()
+        try:
+            ready = protocol.recv(w.from_fd, timeout=STARTUP_TIMEOUT, max_bytes=4096)
+            return {k: bool(v) for k, v in (ready.get("applied") or {}).items()}
+        except Exception:  # noqa: BLE001 - a worker that cannot start fails the first real call loudly
+            return {}
+        finally:
+            self._forget(w)
+
+    # ------------------------------------------------------------------ workers
+    def _worker_cfg(self, uid: int | None) -> dict:
+        probe = (self._forkserver.ready.get("probe") if self._forkserver is not None else None) or isolation.probe()
+        return {"memory_mb": self.memory_mb, "recursion_limit": self.recursion_limit,
+                "cpu_seconds": max(1, int(self.timeout + 1)), "uid": uid, "layers": self.layers.to_dict(),
+                "landlock_abi": int(probe.get("landlock_abi") or 0), "seccomp": bool(probe.get("seccomp")),
+                "netns": self.layers.netns}
+
+    def _new_uid(self) -> int | None:
+        if not (self.layers.uid and os.getuid() == 0):
+            return None
+        with self._lock:
+            while True:
+                uid = random.randint(*UID_RANGE)
+                if uid not in self._uids:
+                    self._uids.add(uid)
+                    return uid
+
+    def _start_worker(self) -> _Worker:
+        if self._closed:
+            raise RuntimeError("SandboxPool is closed")
         h2w_r, h2w_w = os.pipe()
         w2h_r, w2h_w = os.pipe()
-        scratch = tempfile.mkdtemp(prefix="dspy-sandbox-")
-        root = os.getuid() == 0
+        uid = self._new_uid()
         try:
-            if root:
-                os.chown(scratch, NOBODY, NOBODY)
-            os.chmod(scratch, 0o700)
-            cfg = {"memory_mb": self.memory_mb, "recursion_limit": self.recursion_limit}
-            proc = self._start_process((h2w_r, w2h_w), scratch, cfg)
+            if self._forkserver is not None:
+                self._forkserver.start()
+                proc = self._forkserver.fork((h2w_r, w2h_w), self._worker_cfg(uid))
+            else:
+                proc = subprocess.Popen(
+                    [*forkserver.interpreter(WORKER_PATH), str(h2w_r), str(w2h_w), json.dumps(self._worker_cfg(uid)),
+                     forkserver.RESTRICTED_PYTHON_DIR],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=None if _debug() else subprocess.DEVNULL, env=forkserver.scrubbed_env(), cwd="/",
+                    pass_fds=(h2w_r, w2h_w), close_fds=True, start_new_session=True)
         except BaseException:
             for fd in (h2w_r, h2w_w, w2h_r, w2h_w):
                 os.close(fd)
-            shutil.rmtree(scratch, ignore_errors=True)
+            self._release_uid(uid)
             raise
         os.close(h2w_r)
         os.close(w2h_w)
-        w = _Worker(proc, h2w_w, w2h_r, scratch, -1)
-        try:
-            ready = protocol.recv(w2h_r, timeout=STARTUP_TIMEOUT, max_bytes=4096)
-            if ready.get("op") != "ready":
-                raise ValueError(f"unexpected first message {ready!r}")
-            w.uid = int(ready.get("uid", -1))
-            if root and w.uid != NOBODY:
-                raise ValueError(f"worker runs as uid {w.uid}, expected {NOBODY}")
-        except Exception as e:
-            rc = w.kill()
-            raise SpecialistError(f"worker failed to start ({type(e).__name__}: {e}; exit code {rc})", "crash") from e
-        return w
-
-    def _acquire(self) -> _Worker:
-        with self._cond:
-            while True:
-                if self._closed:
-                    raise RuntimeError("SandboxPool is closed")
-                while self._idle:
-                    w = self._idle.pop()
-                    if w.alive():
-                        return w
-                    self._discard_locked(w)
-                if self._n_live < self.max_workers:
-                    self._n_live += 1
-                    respawn = self._counters["spawned"] >= self.max_workers
-                    break
-                self._cond.wait()
-        try:
-            w = self._spawn()
-        except BaseException:
-            with self._cond:
-                self._n_live -= 1
-                self._cond.notify()
-            raise
-        with self._cond:
+        w = _Worker(proc, h2w_w, w2h_r, uid if uid is not None else os.getuid())
+        with self._lock:
+            self._live.add(w)
             self._counters["spawned"] += 1
-            self._counters["respawns"] += int(respawn)
-        with self._lock:
-            self._workers.add(w)
-        if self._closed:
-            self._release(w, False)
-            raise RuntimeError("SandboxPool is closed")
         return w
 
-    def _discard_locked(self, w: _Worker) -> None:
-        self._n_live -= 1
-        with self._lock:
-            self._workers.discard(w)
-        w.kill()
+    def _release_uid(self, uid: int | None) -> None:
+        if uid is not None:
+            with self._lock:
+                self._uids.discard(uid)
 
-    def _release(self, w: _Worker, healthy: bool) -> None:
-        if not healthy or not w.alive():
-            w.kill()
-        with self._cond:
-            if healthy and w.alive() and not self._closed:
-                self._idle.append(w)
-            else:
-                self._n_live -= 1
-                with self._lock:
-                    self._workers.discard(w)
-                if not w.dead:
-                    w.kill()
-            self._cond.notify()
+    def _forget(self, w: _Worker) -> None:
+        w.finish()
+        with self._lock:
+            self._live.discard(w)
+            self._uids.discard(w.uid)
 
     def _count(self, key: str, n: int = 1) -> None:
-        with self._cond:
+        with self._lock:
             self._counters[key] += n
 
     # ------------------------------------------------------------------ one call
@@ -328,55 +420,39 @@ class SandboxPool:
         self._count("calls")
         if not isinstance(inputs, Mapping):
             raise TypeError(f"inputs must be a mapping, got {type(inputs).__name__}")
-        for attempt in range(2):
-            w = self._acquire()
-            msg = {"op": "run", "hash": h, "class_name": class_name, "inputs": dict(inputs),
-                   "checked": checked, "tools": list(self.tool_names),
-                   "max_predictor_calls": self.max_predictor_calls, "max_output_bytes": self.max_output_bytes,
-                   "stdout_cap": STDOUT_CAP, "cpu_budget": self.timeout}
-            if h not in w.known:   # the host's compiled code when it has it, else the source to compile
-                if code:
-                    msg["code"] = base64.b64encode(code).decode("ascii")
-                else:
-                    msg["source"] = source
+        if self._report is None:
+            self.isolation_report()       # strict mode refuses here, before any specialist code runs
+        msg = {"op": "run", "hash": h, "class_name": class_name, "inputs": to_plain(dict(inputs)),
+               "checked": checked, "tools": list(self.tool_names), "max_predictor_calls": self.max_predictor_calls,
+               "max_output_bytes": self.max_output_bytes, "stdout_cap": STDOUT_CAP}
+        if code:
+            msg["code"] = base64.b64encode(code).decode("ascii")
+        else:
+            msg["source"] = source
+        with self._slots:
+            w = self._start_worker()
             try:
-                protocol.send(w.to_fd, msg)
-            except OSError:  # worker died while idle (nothing ran yet): retry once on a fresh one
-                self._release(w, False)
-                if attempt:
-                    raise SpecialistError("worker crashed before the call started", "crash") from None
-                continue
-            break
-        healthy = False
-        try:
-            result = self._drive(w, h, bridge)
-            healthy = True
-            self._count("ok")
-            return result
-        except SpecialistError as e:
-            self._count("errors")
-            healthy = w.alive()
-            if e.kind in ("timeout", "crash", "memory", "protocol"):
-                healthy = False
-            raise
-        finally:
-            self._release(w, healthy)
-
-    def _fail(self, w: _Worker, reason: str, kind: str) -> SpecialistError:
-        w.kill()
-        return SpecialistError(reason, kind)
+                try:
+                    protocol.send(w.to_fd, msg)
+                except OSError:
+                    raise self._crash_reason(w) from None
+                result = self._drive(w, bridge)
+                self._count("ok")
+                return result
+            except SpecialistError:
+                self._count("errors")
+                raise
+            finally:
+                self._forget(w)
 
     def _crash_reason(self, w: _Worker) -> SpecialistError:
-        try:
-            rc = w.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            rc = None
-        w.kill()
+        rc = w.wait_exit(2)
         if rc is not None and rc < 0:
             sig = -rc
             if sig == signal.SIGXCPU:
                 self._count("timeouts")
-                return SpecialistError(f"CPU time limit exceeded (RLIMIT_CPU backstop, {self.timeout:g}s budget)", "timeout")
+                return SpecialistError(f"CPU time limit exceeded (RLIMIT_CPU backstop, {self.timeout:g}s budget)",
+                                       "timeout")
             self._count("crashes")
             try:
                 name = signal.Signals(sig).name
@@ -386,98 +462,150 @@ class SandboxPool:
         self._count("crashes")
         return SpecialistError(f"worker exited unexpectedly (exit code {rc})", "crash")
 
-    def _drive(self, w: _Worker, h: str, bridge) -> RunResult:
-        budget, spent = self.timeout, 0.0
-        n_pred = n_tool = 0
-        limit_hit: str | None = None
-        host_exc: BaseException | None = None
+    def _recv(self, w: _Worker, budget: float, cap: int) -> dict:
+        try:
+            return protocol.recv(w.from_fd, timeout=budget, max_bytes=cap)
+        except protocol.RecvTimeout:
+            self._count("timeouts")
+            raise SpecialistError(f"timeout after {self.timeout:g}s", "timeout") from None
+        except protocol.ChannelClosed:
+            raise self._crash_reason(w) from None
+        except protocol.FrameTooLarge as e:
+            raise SpecialistError(f"output too large (worker message {e})", "output") from None
+        except Exception as e:  # noqa: BLE001 - undecodable frame
+            raise SpecialistError(f"protocol error ({type(e).__name__})", "protocol") from None
+
+    def _check_ready(self, m: dict, w: _Worker) -> None:
+        if m.get("op") != "ready":
+            raise SpecialistError("protocol error (worker did not start)", "protocol")
+        if os.getuid() == 0 and self.layers.uid and m.get("uid") != w.uid:
+            raise SpecialistError(f"worker runs as uid {m.get('uid')!r}, expected {w.uid}", "crash")
+        applied = m.get("applied") or {}
+        wanted = [k for k in ("rlimits", "uid", "landlock", "seccomp")
+                  if getattr(self.layers, k) and self._report is not None and self._report.available.get(k)]
+        missing = [k for k in wanted if not applied.get(k)]
+        if missing:
+            raise SpecialistError(f"worker did not apply isolation layers {missing}", "crash")
+
+    def _drive(self, w: _Worker, bridge) -> RunResult:
+        st = _CallState(self.call_timeout)
+        spent = 0.0
         cap = self.max_output_bytes + 4 * STDOUT_CAP + 65536
+        started = False
         while True:
-            t0 = time.monotonic()
-            try:
-                m = protocol.recv(w.from_fd, timeout=budget - spent, max_bytes=cap)
-            except protocol.RecvTimeout:
+            budget = min(self.timeout - spent, st.deadline - time.monotonic())
+            if budget <= 0:
                 self._count("timeouts")
-                raise self._fail(w, f"timeout after {self.timeout:g}s", "timeout") from None
-            except protocol.ChannelClosed:
-                raise self._crash_reason(w) from None
-            except protocol.FrameTooLarge as e:
-                raise self._fail(w, f"output too large (worker message {e})", "output") from None
-            except Exception as e:  # undecodable frame
-                raise self._fail(w, f"protocol error ({type(e).__name__}: {e})", "protocol") from None
+                raise SpecialistError(f"timeout after {self.timeout:g}s" if spent >= self.timeout else
+                                      f"call timeout after {self.call_timeout:g}s (bridge time included)", "timeout")
+            t0 = time.monotonic()
+            m = self._recv(w, budget, cap)
             spent += time.monotonic() - t0
             op = m.get("op")
+            if not started:
+                self._check_ready(m, w)
+                started = True
+                continue
             if op in ("predict", "tool"):
-                if op == "predict":
-                    n_pred += 1
-                    reply, exc, lim = self._on_predict(bridge, m, n_pred)
-                else:
-                    n_tool += 1
-                    reply, exc, lim = self._on_tool(bridge, m, n_tool)
-                host_exc = exc or host_exc
-                limit_hit = limit_hit or lim
+                reply = self._serve(bridge, m, st)
                 try:
                     protocol.send(w.to_fd, reply)
                 except OSError:
                     raise self._crash_reason(w) from None
+                if time.monotonic() > st.deadline:
+                    self._count("timeouts")
+                    raise SpecialistError(f"call timeout after {self.call_timeout:g}s (bridge time included)",
+                                          "timeout")
                 continue
             if op not in ("result", "error"):
-                raise self._fail(w, f"protocol error (unexpected message {op!r})", "protocol")
-            if m.get("cached"):
-                w.known.add(h)
-            self._count("predictor_calls", n_pred)
-            self._count("tool_calls", n_tool)
-            stdout = str(m.get("stdout") or "")
-            if m.get("fatal"):
-                w.kill()
-            if m.get("limit_hit") and not limit_hit:
-                limit_hit = f"predictor call limit ({self.max_predictor_calls}) exceeded"
-            if limit_hit:
-                raise SpecialistError(limit_hit, "predictor_limit", stdout=stdout)
-            if op == "result":
-                outputs = m.get("outputs")
-                if not isinstance(outputs, dict):
-                    raise self._fail(w, "protocol error (outputs is not an object)", "protocol")
-                return RunResult(outputs, stdout, n_pred, n_tool, spent)
-            kind = m.get("kind") if m.get("kind") in ("exception", "output", "policy", "protocol", "memory") else "exception"
-            reason = str(m.get("reason") or "")[:4000]
-            if kind == "memory":
-                self._count("memory")
-                reason = f"memory limit ({self.memory_mb} MB) exceeded"
-            err = SpecialistError(reason or "unknown error", kind, stdout=stdout)
-            if m.get("host_error") and host_exc is not None:
-                raise err from host_exc
-            raise err
+                raise SpecialistError("protocol error (unexpected message)", "protocol")
+            return self._finish(m, st, spent)
 
-    def _on_predict(self, bridge, m: dict, n: int):
-        if n > self.max_predictor_calls:
-            msg = f"predictor call limit ({self.max_predictor_calls}) exceeded"
-            return {"op": "reply", "ok": False, "error": msg, "limit": True}, None, msg
-        name, kind, sig, instr, inputs = (m.get(k) for k in ("name", "kind", "signature", "instructions", "inputs"))
-        if (kind not in ("Predict", "ChainOfThought") or not isinstance(sig, str) or not isinstance(name, str)
-                or not isinstance(inputs, dict) or not (instr is None or isinstance(instr, str))):
-            return {"op": "reply", "ok": False, "error": "malformed predictor request"}, None, None
-        if bridge is None:
-            return {"op": "reply", "ok": False, "error": "no host bridge"}, None, None
-        try:
-            value = _jsonable(bridge.predict(name=name, kind=kind, signature=sig, instructions=instr, inputs=inputs))
-        except Exception as e:  # surfaces in the sandbox as dspy.HostError
-            return {"op": "reply", "ok": False, "error": f"{type(e).__name__}: {e}"}, e, None
-        if not isinstance(value, dict):
-            return {"op": "reply", "ok": False, "error": f"bridge.predict returned {type(value).__name__}, not a dict"}, None, None
-        return {"op": "reply", "ok": True, "value": value}, None, None
+    def _finish(self, m: dict, st: _CallState, spent: float) -> RunResult:
+        self._count("predictor_calls", st.n_pred)
+        self._count("tool_calls", st.n_tool)
+        stdout = str(m.get("stdout") or "")[: 2 * STDOUT_CAP]
+        if m.get("limit_hit") and not st.limit_hit:
+            st.limit_hit = f"predictor call limit ({self.max_predictor_calls}) exceeded"
+        if st.limit_hit:
+            raise SpecialistError(st.limit_hit, "predictor_limit", stdout=stdout)
+        if m.get("op") == "result":
+            outputs = m.get("outputs")
+            if not isinstance(outputs, dict):
+                raise SpecialistError("protocol error (outputs is not an object)", "protocol")
+            return RunResult(outputs, stdout, st.n_pred, st.n_tool, spent, tuple(st.refused))
+        kind = m.get("kind") if m.get("kind") in ("exception", "output", "policy", "protocol", "memory") else "exception"
+        reason = str(m.get("reason") or "")[:4000]
+        if kind == "memory":
+            self._count("memory")
+            reason = f"memory limit ({self.memory_mb} MB) exceeded"
+        if st.refused and kind == "exception":
+            reason += f" [host refused: {st.refused[-1][:300]}]"
+        elif st.host_exc is not None and m.get("host_error"):
+            reason += f" [host: {type(st.host_exc).__name__}: {str(st.host_exc)[:300]}]"
+        err = SpecialistError(reason or "unknown error", kind, stdout=stdout)
+        if m.get("host_error") and st.host_exc is not None:
+            raise err from st.host_exc
+        raise err
 
-    def _on_tool(self, bridge, m: dict, n: int):
-        if n > self.max_tool_calls:
-            msg = f"tool call limit ({self.max_tool_calls}) exceeded"
-            return {"op": "reply", "ok": False, "error": msg, "limit": True}, None, msg
-        name, kwargs = m.get("name"), m.get("kwargs")
-        if name not in self.tool_names or not isinstance(kwargs, dict):
-            return {"op": "reply", "ok": False, "error": f"NameError: unknown tool {name!r}"}, None, None
-        if bridge is None:
-            return {"op": "reply", "ok": False, "error": "no host bridge"}, None, None
+    # ------------------------------------------------------------------ bridge requests
+    def _refuse(self, st: _CallState, reason: str) -> dict:
+        st.refused.append(reason)
+        self._count("refused")
+        return {"op": "reply", "ok": False, "error": reason}
+
+    def _limit(self, st: _CallState, reason: str) -> dict:
+        st.limit_hit = st.limit_hit or reason
+        return {"op": "reply", "ok": False, "error": reason, "limit": True}
+
+    def _serve(self, bridge, m: dict, st: _CallState) -> dict:
+        if m.get("op") == "predict":
+            st.n_pred += 1
+            if st.n_pred > self.max_predictor_calls:
+                return self._limit(st, f"predictor call limit ({self.max_predictor_calls}) exceeded")
+            try:
+                req = parse_predict(m, self.limits)
+            except BridgeRefused as e:
+                return self._refuse(st, str(e))
+            st.defs.add(req.key)
+            if len(st.defs) > self.limits.max_predictors:
+                return self._limit(st, f"more than {self.limits.max_predictors} distinct predictors in one call")
+            return self._call(bridge, lambda: self._predict(bridge, req), st, f"predictor {req.name!r}")
+        st.n_tool += 1
+        if st.n_tool > self.max_tool_calls:
+            return self._limit(st, f"tool call limit ({self.max_tool_calls}) exceeded")
         try:
-            value = _jsonable(bridge.tool(name=name, kwargs=kwargs))
-        except Exception as e:
-            return {"op": "reply", "ok": False, "error": f"{type(e).__name__}: {e}"}, e, None
-        return {"op": "reply", "ok": True, "value": value}, None, None
+            treq = parse_tool(m, self.tool_names, self.limits)
+        except BridgeRefused as e:
+            return self._refuse(st, str(e))
+        return self._call(bridge, lambda: self._tool(bridge, treq), st, f"tool {treq.name!r}")
+
+    def _call(self, bridge, fn, st: _CallState, what: str) -> dict:
+        if bridge is None:
+            return self._refuse(st, f"{what}: no host bridge")
+        if time.monotonic() > st.deadline:
+            return self._limit(st, f"call timeout after {self.call_timeout:g}s (bridge time included)")
+        try:
+            value = fn()
+        except BridgeRefused as e:
+            return self._refuse(st, str(e))
+        except Exception as e:  # noqa: BLE001 - surfaces in the sandbox as dspy.HostError, our words only
+            st.host_exc = e
+            return {"op": "reply", "ok": False, "error": sandbox_error_text(e, what)}
+        return {"op": "reply", "ok": True, "value": value}
+
+    def _predict(self, bridge, req: PredictRequest) -> dict:
+        raw = bridge.predict(req)
+        if not isinstance(raw, Mapping):
+            raise BridgeRefused(f"predictor {req.name!r} produced no fields")
+        names = req.signature.output_names + (("reasoning",) if req.kind == "ChainOfThought" else ())
+        out = to_plain({k: raw[k] for k in names if k in raw})
+        if json_size(out) > self.max_output_bytes:
+            raise BridgeRefused(f"predictor {req.name!r} answered more than {self.max_output_bytes} bytes")
+        return out
+
+    def _tool(self, bridge, req: ToolRequest) -> Any:
+        value = to_plain(bridge.tool(req))
+        if json_size(value) > self.limits.max_result_bytes:
+            raise BridgeRefused(f"tool {req.name!r} returned more than {self.limits.max_result_bytes} bytes")
+        return value

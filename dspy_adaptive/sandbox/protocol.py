@@ -35,8 +35,8 @@ class RecvTimeout(TimeoutError):
     pass
 
 
-def encode(msg: dict, max_bytes: int | None = None) -> bytes:
-    data = json.dumps(msg, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8")
+def encode(msg: dict, max_bytes: int | None = None, default=None) -> bytes:
+    data = json.dumps(msg, ensure_ascii=False, separators=(",", ":"), default=default).encode("utf-8")
     if max_bytes is not None and len(data) > max_bytes:
         raise FrameTooLarge(f"{len(data)} bytes > {max_bytes} bytes")
     return HEADER.pack(len(data)) + data

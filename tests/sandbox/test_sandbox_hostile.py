@@ -105,7 +105,6 @@ def test_specific_runtime_reasons(pool, host_state):
         "deep_recursion": "RecursionError",
         "monkeypatch_dspy": "cannot modify ModuleProxy objects",
         "type_of_class": "type() of a class is not available",
-        "collections_abc": "cannot import name 'abc'",
     }
     by_stem = {p.stem: p for p in HOSTILE}
     for stem, needle in expect.items():

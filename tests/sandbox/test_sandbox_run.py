@@ -44,9 +44,9 @@ def test_two_predictor_specialist_with_tool(pool, bridge):
     assert res.outputs == {"answer": "answer:What is 6*7?", "n_hits": 1, "reasoning": "because"}
     assert res.stdout == "hits: 1\n" and res.predictor_calls == 2 and res.tool_calls == 1
     assert bridge.calls == [
-        dict(name="draft", kind="ChainOfThought", signature="question -> answer", instructions=None,
+        dict(name="draft", kind="ChainOfThought", signature="question: str -> answer: str", instructions=None,
              inputs={"question": "What  is 6*7?"}),
-        dict(name="check", kind="Predict", signature="question, answer -> verdict, fixed_answer",
+        dict(name="check", kind="Predict", signature="question: str, answer: str -> verdict: str, fixed_answer: str",
              instructions="Check the answer.", inputs={"question": "What  is 6*7?", "answer": "answer:What  is 6*7?"}),
     ]
     assert bridge.tool_calls == [dict(name="search", kwargs={"query": "What  is 6*7?", "k": 3})]
@@ -61,10 +61,10 @@ def test_bridge_runs_under_callers_dspy_context(pool):
     seen = []
 
     class TraceBridge(FakeBridge):
-        def predict(self, **kw):
+        def predict(self, request):
             seen.append(dspy.settings.trace)
-            dspy.settings.trace.append(kw["name"])
-            return super().predict(**kw)
+            dspy.settings.trace.append(request.name)
+            return super().predict(request)
 
     trace: list = []
     with dspy.context(trace=trace):
@@ -93,9 +93,9 @@ class Solver(dspy.Module):
     out = pool.run(prog(src), {"question": "q"}, bridge)
     assert out == {"answer": "answer:['c']", "b": "b:answer:['c']"}
     c0, c1 = bridge.calls
-    assert (c0["name"], c0["signature"]) == ("steps[0]", "context: list[str], question -> answer: int")
+    assert (c0["name"], c0["signature"]) == ("steps[0]", "context: list[str], question: str -> answer: int")
     assert c0["instructions"] == "Answer the question briefly.\n\nFields:\n- context: passages"
-    assert (c1["name"], c1["signature"], c1["instructions"]) == ("steps[1]", "a -> b", "Do it.")
+    assert (c1["name"], c1["signature"], c1["instructions"]) == ("steps[1]", "a: str -> b: str", "Do it.")
 
 
 def test_unknown_tool_is_name_error(pool, bridge):
@@ -133,7 +133,9 @@ except dspy.HostError as e:
     return dspy.Prediction(answer="caught: " + str(e))
 ''')
     out = pool.run(prog(caught), {"x": "q"}, FakeBridge(fail_on="anonymous_predict_1"))
-    assert out == {"answer": "caught: predictor 'anonymous_predict_1' failed: ValueError: lm exploded in anonymous_predict_1"}
+    # the sandbox learns what failed and the exception type -- never the host's message (host state)
+    assert out == {"answer": "caught: predictor 'anonymous_predict_1' failed: predictor 'anonymous_predict_1' "
+                             "failed (ValueError)"}
 
     uncaught = '''
 class Solver(dspy.Module):
@@ -147,8 +149,10 @@ class Solver(dspy.Module):
     with pytest.raises(SpecialistError) as ei:
         pool.run(prog(uncaught), {"x": "q"}, FakeBridge(fail_on="gen"))
     assert ei.value.kind == "exception"
-    assert "predictor 'gen' failed: ValueError: lm exploded in gen" in ei.value.reason
-    assert isinstance(ei.value.__cause__, ValueError)  # the host exception is chained
+    assert "predictor 'gen' failed (ValueError)" in ei.value.reason
+    # the host-side record keeps the host's own message (for reflection and logs), and the exception is chained
+    assert ei.value.reason.endswith("[host: ValueError: lm exploded in gen]")
+    assert isinstance(ei.value.__cause__, ValueError)
 
 
 def test_predictor_limit_even_if_caught(pool, bridge):
@@ -180,7 +184,6 @@ class Solver(dspy.Module):
         Solver.seen.append(x)
         CACHE.append(x)
         before = str(decimal.Decimal(1) / decimal.Decimal(3))
-        decimal.setcontext(decimal.Context(prec=3))
         return dspy.Prediction(answer=len(Solver.seen) + len(CACHE), before=before)
 '''
     p = prog(src)

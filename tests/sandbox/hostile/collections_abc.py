@@ -1,6 +1,5 @@
 # escape: import a submodule via from-import
-# expect: contained
-# kind: exception
+# expect: rejected
 from collections import abc
 
 class Solver(dspy.Module):

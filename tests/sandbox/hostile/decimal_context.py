@@ -1,6 +1,5 @@
 # escape: mutate the shared decimal context
-# expect: contained
-# kind: exception
+# expect: rejected
 import decimal
 
 class Solver(dspy.Module):

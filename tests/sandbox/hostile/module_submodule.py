@@ -1,6 +1,5 @@
 # escape: reach a submodule through an allowed module
-# expect: contained
-# kind: exception
+# expect: rejected
 import json
 
 class Solver(dspy.Module):

@@ -1,6 +1,5 @@
 # escape: typing.sys to reach sys
-# expect: contained
-# kind: exception
+# expect: rejected
 import typing
 
 class Solver(dspy.Module):

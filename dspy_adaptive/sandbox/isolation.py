@@ -1,0 +1,268 @@
+"""OS isolation of a sandbox worker: the layer that must hold after a Python-level escape.
+
+Each mechanism is the kernel's own, maintained outside this project; this module only switches
+them on, in this order, in a freshly forked worker before the first byte of specialist code runs:
+
+1. rlimits      memory (RLIMIT_AS), CPU, no file writes (RLIMIT_FSIZE=0), no new processes or
+                threads (RLIMIT_NPROC=0), few descriptors, no core dumps;
+2. uid          when the host runs as root: setgroups([]) + a uid/gid of its own, distinct per
+                worker and owning nothing, so it cannot signal or read anything of another process;
+3. landlock     (Linux >= 5.13) a ruleset that handles every filesystem right and grants none (no
+                file can be opened, executed, created or listed), no TCP bind/connect (ABI >= 4),
+                and no signals or abstract unix sockets outside the worker (ABI >= 6);
+4. seccomp      (libseccomp, through pyseccomp's ctypes binding) an allow-list of the ~40 system
+                calls a pre-imported interpreter needs to compute and talk over its two pipes;
+                every other call fails with EPERM: open*, socket, connect, execve, fork/clone,
+                kill, ptrace, process_vm_*, mount, unshare, bpf, ...
+5. netns        (host root only, applied once to the zygote) an empty network namespace with no
+                interfaces, and an IPC namespace of its own, inherited by every worker.
+
+`probe()` says which of these this host offers; `Layers` selects which to apply (tests switch all
+but one off to show that one alone stops its class of attack). Missing mechanisms are reported at
+start-up and in the run record; `isolation="strict"` refuses to run without them (pool.py).
+
+Standalone (stdlib + optional pyseccomp): the zygote and workers import it as a top-level module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import resource
+import signal
+import sys
+from dataclasses import asdict, dataclass
+
+NOBODY = 65534
+
+# ------------------------------------------------------------------------------------------ layers
+@dataclass(frozen=True)
+class Layers:
+    """Which OS layers a worker applies. All on by default; switching one off is for tests/diagnosis."""
+
+    rlimits: bool = True
+    uid: bool = True
+    landlock: bool = True
+    seccomp: bool = True
+    netns: bool = True
+
+    def to_dict(self) -> dict[str, bool]:
+        return asdict(self)
+
+    @classmethod
+    def only(cls, *names: str) -> "Layers":
+        unknown = set(names) - set(asdict(cls()))
+        if unknown:
+            raise ValueError(f"unknown isolation layers {sorted(unknown)}")
+        return cls(**{k: k in names for k in asdict(cls())})
+
+    @classmethod
+    def none(cls) -> "Layers":
+        return cls.only()
+
+
+# ------------------------------------------------------------------------------------------ libc
+_libc = None
+
+
+def libc():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.syscall.restype = ctypes.c_long
+        _libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+    return _libc
+
+
+def _check(rc: int, what: str) -> int:
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+    return rc
+
+
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def no_new_privs() -> None:
+    _check(libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+# ------------------------------------------------------------------------------------------ landlock
+# Kernel ABI (include/uapi/linux/landlock.h). No maintained Python binding covers the network and
+# scope rights (PyPI's `landlock` 1.0.0.dev5 handles filesystem rights only), so the three system
+# calls are made directly.
+_SYS_CREATE_RULESET, _SYS_RESTRICT_SELF = 444, 446
+_CREATE_RULESET_VERSION = 1
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 if Landlock is unavailable (not Linux, too old, disabled)."""
+    if not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"):
+        return 0
+    rc = libc().syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    return int(rc) if rc > 0 else 0
+
+
+def _landlock_rights(abi: int) -> tuple[int, int, int, int]:
+    fs = (1 << 13) - 1                       # ABI 1: EXECUTE ... MAKE_SYM
+    if abi >= 2:
+        fs |= 1 << 13                        # REFER
+    if abi >= 3:
+        fs |= 1 << 14                        # TRUNCATE
+    if abi >= 5:
+        fs |= 1 << 15                        # IOCTL_DEV
+    net = 0b11 if abi >= 4 else 0            # BIND_TCP | CONNECT_TCP
+    scoped = 0b11 if abi >= 6 else 0         # ABSTRACT_UNIX_SOCKET | SIGNAL
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    return fs, net, scoped, size
+
+
+def apply_landlock(abi: int) -> None:
+    """Deny every filesystem right (and TCP, and signals/abstract sockets leaving the worker, where
+    the ABI has them) with no exception: the ruleset grants nothing."""
+    fs, net, scoped, size = _landlock_rights(abi)
+    attr = _RulesetAttr(fs, net, scoped)
+    fd = _check(libc().syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)),
+                "landlock_create_ruleset")
+    try:
+        no_new_privs()
+        _check(libc().syscall(_SYS_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)), "landlock_restrict_self")
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------------------ seccomp
+#: What a forked, pre-imported worker needs: compute, allocate, talk over its two pipes, tell time,
+#: and exit. Names missing on an architecture are skipped.
+SECCOMP_ALLOW = (
+    "read", "write", "readv", "writev", "close", "lseek",
+    "brk", "mmap", "munmap", "mremap", "madvise", "mprotect",
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "restart_syscall",
+    "futex", "sched_yield", "sched_getaffinity", "rseq", "set_robust_list",
+    "getpid", "gettid", "getppid", "getpgrp", "getpgid", "getsid", "getuid", "geteuid", "getgid", "getegid",
+    "getresuid", "getresgid", "getgroups", "getrusage", "getrlimit",
+    "clock_gettime", "clock_getres", "gettimeofday", "time", "nanosleep", "clock_nanosleep",
+    "select", "pselect6", "poll", "ppoll", "getrandom", "fstat", "getcwd", "uname",
+    "exit", "exit_group",
+)
+
+_FILTER = None
+
+
+def seccomp_available() -> tuple[bool, str]:
+    if not sys.platform.startswith("linux"):
+        return False, "seccomp is Linux-only"
+    try:
+        import pyseccomp  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - missing package or libseccomp.so
+        return False, f"pyseccomp/libseccomp unavailable ({type(e).__name__}: {e})"
+    return True, ""
+
+
+def prepare_seccomp() -> None:
+    """Build the filter (not loaded): the zygote does this once, every forked worker loads it."""
+    global _FILTER
+    if _FILTER is not None:
+        return
+    import pyseccomp
+
+    f = pyseccomp.SyscallFilter(pyseccomp.ERRNO(errno.EPERM))
+    for name in SECCOMP_ALLOW:
+        try:
+            f.add_rule(pyseccomp.ALLOW, name)
+        except (OSError, ValueError):   # not a system call on this architecture
+            pass
+    # getrlimit() is prlimit64(0, resource, NULL, &old): reading its own limits only, never setting
+    # them and never another process's
+    f.add_rule(pyseccomp.ALLOW, "prlimit64", pyseccomp.Arg(0, pyseccomp.EQ, 0), pyseccomp.Arg(2, pyseccomp.EQ, 0))
+    _FILTER = f
+
+
+def apply_seccomp() -> None:
+    prepare_seccomp()
+    no_new_privs()
+    _FILTER.load()
+
+
+# ------------------------------------------------------------------------------------------ namespaces
+CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
+
+
+def enter_empty_netns() -> None:
+    """Move this process (the zygote) into new, empty network and IPC namespaces. Needs CAP_SYS_ADMIN."""
+    _check(libc().unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare(CLONE_NEWNET | CLONE_NEWIPC)")
+
+
+# ------------------------------------------------------------------------------------------ probe
+def probe() -> dict[str, object]:
+    """What this process could apply to its workers: {"landlock_abi": int, "seccomp": bool,
+    "uid": bool, "netns": bool, "reasons": {layer: why not}}. Changes nothing."""
+    reasons: dict[str, str] = {}
+    abi = landlock_abi()
+    if not abi:
+        reasons["landlock"] = ("Landlock is unavailable (needs Linux >= 5.13 with Landlock enabled)"
+                               if sys.platform.startswith("linux") else "Landlock is Linux-only")
+    sec, why = seccomp_available()
+    if not sec:
+        reasons["seccomp"] = why
+    root = hasattr(os, "getuid") and os.getuid() == 0
+    if not root:
+        reasons["uid"] = "the host does not run as root, so workers keep the host's uid"
+        reasons["netns"] = "a network namespace needs root (workers are kept off the network by Landlock/seccomp)"
+    return {"landlock_abi": abi, "seccomp": sec, "uid": root, "netns": root and sys.platform.startswith("linux"),
+            "reasons": reasons}
+
+
+# ------------------------------------------------------------------------------------------ confine
+def set_rlimits(memory_mb: int, cpu_seconds: int, nofile: int) -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # writes past RLIMIT_FSIZE raise EFBIG instead
+    mem = int(memory_mb) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(used.ru_utime + used.ru_stime + cpu_seconds) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+
+
+def drop_privileges(uid: int) -> None:
+    """setgroups([]) + setgid/setuid to `uid` (root only); irreversible, verified."""
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    if os.getuid() == 0 or os.geteuid() == 0 or os.getgid() == 0:
+        raise SystemExit("privilege drop failed")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return
+    raise SystemExit("privilege drop is reversible")
+
+
+def confine(cfg: dict, fds: tuple[int, ...]) -> dict[str, bool]:
+    """Apply the layers `cfg["layers"]` selects, in order; return what was applied. A layer that is
+    selected but fails to apply raises: the worker must not serve with less than it was asked for."""
+    layers = cfg.get("layers") or {}
+    applied = {"rlimits": False, "uid": False, "landlock": False, "seccomp": False}
+    if layers.get("rlimits", True):
+        set_rlimits(int(cfg["memory_mb"]), int(cfg.get("cpu_seconds", 30)), max(max(fds) + 1, 8))
+        applied["rlimits"] = True
+    if layers.get("uid", True) and os.getuid() == 0:
+        drop_privileges(int(cfg.get("uid") or NOBODY))
+        applied["uid"] = True
+    if layers.get("landlock", True) and int(cfg.get("landlock_abi", 0)) > 0:
+        apply_landlock(int(cfg["landlock_abi"]))
+        applied["landlock"] = True
+    if layers.get("seccomp", True) and cfg.get("seccomp"):
+        apply_seccomp()
+        applied["seccomp"] = True
+    return applied
