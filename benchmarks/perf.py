@@ -212,10 +212,11 @@ def predictor_call_cpu_ms(task: Task, threads: int, n: int = 600) -> float:
 def routed_call_cpu_ms(task: Task, threads: int, n: int = 600) -> float:
     """CPU of one scored call of ours with every search cost taken away: a fixed library whose one
     specialist is the task's one-predictor program, router decisions memoised (no router LM call), a
-    warm sandbox pool, rows on `threads` threads. Host CPU plus the workers' own CPU (read from
-    /proc/<pid>/schedstat: workers are reaped only when their pool closes). This is the floor of any
-    design that runs generated specialist code in a process sandbox and bridges its predictor call
-    back into DSPy."""
+    warm sandbox pool, rows on `threads` threads. Host CPU plus the sandbox's: every specialist call runs in
+    a fresh worker forked from the pool's zygote, which reaps it, so the zygote's own and its reaped
+    children's CPU (/proc/<zygote>/stat) is the sandbox's. This is the floor of any design that runs
+    generated specialist code in a fresh confined process per request and bridges its predictor call back
+    into DSPy."""
     from dspy_adaptive import Library, RoutedProgram, Slot
     from dspy_adaptive.sandbox import SandboxPool
 
@@ -226,13 +227,17 @@ def routed_call_cpu_ms(task: Task, threads: int, n: int = 600) -> float:
         routed = RoutedProgram(dspy.Predict("question -> answer"), lib, fast_lm=actor, sandbox=pool)
         routed.share_route_memo()
         return _cpu_per_call(lambda q: routed(question=q), actor, threads, n,
-                             extra_cpu=lambda: sum(_schedstat_s(pid) for pid in pool.worker_pids()))
+                             extra_cpu=lambda: _tree_cpu_s(pool._forkserver.pid if pool._forkserver else None))
 
 
-def _schedstat_s(pid: int) -> float:
+def _tree_cpu_s(pid: int | None) -> float:
+    """CPU seconds of a process and of its children it has reaped (utime, stime, cutime, cstime)."""
+    if pid is None:
+        return 0.0
     try:
-        with open(f"/proc/{pid}/schedstat") as f:
-            return int(f.read().split()[0]) / 1e9
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return 0.0
 

@@ -40,9 +40,27 @@ ALIGNMENTS = ("mutual_best", "hungarian")
 
 @dataclass(frozen=True)
 class SandboxSettings:
+    """How specialist programs run (see the README's safety model).
+
+    Args:
+        timeout: seconds one specialist call may compute in its worker (its LM calls excluded).
+        call_timeout: seconds one specialist call may take in all, its LM and tool calls included.
+        memory_mb: address-space limit of a worker process.
+        max_predictor_calls: LM calls one specialist call may make (tool calls: the same number).
+        isolation: "warn" (default) runs with the OS isolation this host offers and warns about the
+            rest; "strict" refuses to start a search unless every layer (per-worker uid on root hosts,
+            Landlock, seccomp, an empty network namespace) holds here.
+    """
+
     timeout: float = 60.0
+    call_timeout: float = 600.0
     memory_mb: int = 1024
     max_predictor_calls: int = 100
+    isolation: str = "warn"
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ("warn", "strict"):
+            raise ValueError(f"SandboxSettings.isolation must be 'warn' or 'strict', got {self.isolation!r}")
 
 
 def _check_metric(metric: Callable) -> None:
@@ -191,10 +209,14 @@ class AdaptiveGEPA(Teleprompter):
         s = self.sandbox_settings
         base = RoutedProgram(student, Library.empty(self.max_specialists), fast_lm=self.fast_lm,
                              deep_lm=self.deep_lm, tools=self.tools)
-        pool = SandboxPool(max_workers=max(2, self.num_threads or 1), timeout=s.timeout, memory_mb=s.memory_mb,
-                           max_predictor_calls=s.max_predictor_calls, tool_names=tuple(base.tools))
+        pool = SandboxPool(max_workers=max(2, self.num_threads or 1), timeout=s.timeout, call_timeout=s.call_timeout,
+                           memory_mb=s.memory_mb, max_predictor_calls=s.max_predictor_calls,
+                           tool_names=tuple(base.tools), isolation=s.isolation)
         base._sandbox, base._owns_sandbox = pool, False
-        pool.prestart()
+        if s.isolation == "strict":
+            pool.isolation_report()     # refuses here, before any LM money is spent
+        else:
+            pool.prestart()
         if self.route_memo:
             base.share_route_memo()
         fingerprint = self._fingerprint(student, train, val, settings)

@@ -154,6 +154,9 @@ def parse_tool(msg: Mapping[str, Any], tool_names: tuple[str, ...],
         shown = repr(name[:40]) if isinstance(name, str) else "a non-text name"
         raise BridgeRefused(f"there is no tool named {shown} (tools: {', '.join(tool_names) or 'none'})")
     kwargs = _check_arguments(msg.get("kwargs"), what=f"tool {name!r}", limits=limits)
+    bad = [k for k in kwargs if not (k.isidentifier() and k.isascii() and not k.startswith("_") and len(k) <= 64)]
+    if bad:
+        raise BridgeRefused(f"tool {name!r}: keyword names must be plain identifiers; got {bad[0][:40]!r}")
     return ToolRequest(name, kwargs)
 
 

@@ -55,15 +55,17 @@ class ForkServer:
     """One zygote per pool, started lazily; thread-safe (requests are serialised).
 
     netns: ask the zygote (when the host is root) to enter empty network and IPC namespaces, which its
-    workers inherit. After start, `ready` holds the zygote's report: {"probe": isolation.probe() as seen
+    workers inherit. request: {"tools", "stdout_cap", "max_predictor_calls"} of the pool, so the zygote
+    builds a request's restricted globals once (worker.prebuild). After start, `ready` holds the zygote's report: {"probe": isolation.probe() as seen
     by the zygote, "netns": whether it entered the namespaces}."""
 
-    def __init__(self, debug: bool = False, netns: bool = True):
+    def __init__(self, debug: bool = False, netns: bool = True, request: dict | None = None):
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._debug = debug
         self._netns = netns
+        self._request = request     # the pool's per-request constants: the zygote prebuilds their globals
         self._closed = False
         self.ready: dict = {}
 
@@ -73,7 +75,7 @@ class ForkServer:
         try:
             self._proc = subprocess.Popen(
                 [*interpreter(ZYGOTE_PATH), str(zygote_end.fileno()), RESTRICTED_PYTHON_DIR,
-                 json.dumps({"netns": self._netns})],
+                 json.dumps({"netns": self._netns, "request": self._request})],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=None if self._debug else subprocess.DEVNULL, env=scrubbed_env(), cwd="/",
                 pass_fds=(zygote_end.fileno(),), close_fds=True, start_new_session=True)

@@ -71,7 +71,6 @@ def libc():
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.syscall.restype = ctypes.c_long
-        _libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
     return _libc
 
 
@@ -86,7 +85,8 @@ PR_SET_NO_NEW_PRIVS = 38
 
 
 def no_new_privs() -> None:
-    _check(libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    u = ctypes.c_ulong
+    _check(libc().prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), u(1), u(0), u(0), u(0)), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
 # ------------------------------------------------------------------------------------------ landlock
@@ -124,18 +124,36 @@ def _landlock_rights(abi: int) -> tuple[int, int, int, int]:
     return fs, net, scoped, size
 
 
+_RULESET: dict[int, int] = {}   # abi -> ruleset fd made by the zygote, inherited by every worker
+
+
+def _create_ruleset(abi: int) -> int:
+    fs, net, scoped, size = _landlock_rights(abi)
+    attr = _RulesetAttr(fs, net, scoped)
+    return _check(libc().syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)),
+                  "landlock_create_ruleset")
+
+
+def prepare_landlock(abi: int) -> None:
+    """Create the ruleset once (the zygote); each forked worker only restricts itself with it."""
+    if abi > 0 and abi not in _RULESET:
+        _RULESET[abi] = _create_ruleset(abi)
+
+
 def apply_landlock(abi: int) -> None:
     """Deny every filesystem right (and TCP, and signals/abstract sockets leaving the worker, where
     the ABI has them) with no exception: the ruleset grants nothing."""
-    fs, net, scoped, size = _landlock_rights(abi)
-    attr = _RulesetAttr(fs, net, scoped)
-    fd = _check(libc().syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)),
-                "landlock_create_ruleset")
+    fd = _RULESET.pop(abi, None)
+    if fd is None:
+        fd = _create_ruleset(abi)
     try:
         no_new_privs()
         _check(libc().syscall(_SYS_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)), "landlock_restrict_self")
     finally:
         os.close(fd)
+    for other in list(_RULESET.values()):   # a worker keeps no inherited ruleset descriptor
+        os.close(other)
+    _RULESET.clear()
 
 
 # ------------------------------------------------------------------------------------------ seccomp
@@ -154,6 +172,7 @@ SECCOMP_ALLOW = (
 )
 
 _FILTER = None
+_BPF: bytes | None = None       # the filter compiled by libseccomp, loaded by each worker with one prctl
 
 
 def seccomp_available() -> tuple[bool, str]:
@@ -183,12 +202,54 @@ def prepare_seccomp() -> None:
     # them and never another process's
     f.add_rule(pyseccomp.ALLOW, "prlimit64", pyseccomp.Arg(0, pyseccomp.EQ, 0), pyseccomp.Arg(2, pyseccomp.EQ, 0))
     _FILTER = f
+    global _BPF
+    _BPF = _export_bpf(f)
+
+
+def _export_bpf(f) -> bytes | None:
+    """libseccomp's compiled BPF program for `f` (its seccomp_load compiles it anew every time: ~0.5 ms
+    per worker; loading the compiled program is one prctl)."""
+    r, w = os.pipe()
+    try:
+        with os.fdopen(w, "wb", closefd=True) as out:
+            f.export_bpf(out)
+        chunks = []
+        while True:
+            b = os.read(r, 65536)
+            if not b:
+                break
+            chunks.append(b)
+        data = b"".join(chunks)
+        return data if data and len(data) % 8 == 0 else None
+    except Exception:  # noqa: BLE001 - fall back to libseccomp's own load
+        return None
+    finally:
+        os.close(r)
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
 
 def apply_seccomp() -> None:
     prepare_seccomp()
     no_new_privs()
-    _FILTER.load()
+    if _BPF is None:
+        _FILTER.load()
+        return
+    n = len(_BPF) // 8
+    prog = (_SockFilter * n).from_buffer_copy(_BPF)
+    fprog = _SockFprog(n, ctypes.cast(prog, ctypes.POINTER(_SockFilter)))
+    u = ctypes.c_ulong
+    _check(libc().prctl(ctypes.c_int(PR_SET_SECCOMP), u(SECCOMP_MODE_FILTER), ctypes.byref(fprog), u(0), u(0)),
+           "prctl(PR_SET_SECCOMP)")
 
 
 # ------------------------------------------------------------------------------------------ namespaces

@@ -212,7 +212,6 @@ class SandboxPool:
         self.layers = layers
         self.isolation = isolation
         self.limits = limits
-        self._forkserver = forkserver.ForkServer(debug=_debug(), netns=layers.netns) if use_fork else None
         self.max_workers = max_workers
         self.timeout = float(timeout)
         self.call_timeout = float(call_timeout) if call_timeout is not None else max(600.0, self.timeout)
@@ -222,6 +221,8 @@ class SandboxPool:
         self.max_tool_calls = int(max_predictor_calls if max_tool_calls is None else max_tool_calls)
         self.tool_names = tuple(tool_names)
         self.recursion_limit = int(recursion_limit)
+        request = {"tools": list(self.tool_names), "stdout_cap": STDOUT_CAP, "max_predictor_calls": self.max_predictor_calls}
+        self._forkserver = forkserver.ForkServer(debug=_debug(), netns=layers.netns, request=request) if use_fork else None
         self._slots = threading.BoundedSemaphore(max_workers)
         self._lock = threading.Lock()            # guards _live and counters (shared with the finalizer)
         self._live: set[_Worker] = set()
@@ -248,15 +249,17 @@ class SandboxPool:
             return [w.pid for w in self._live]
 
     def prestart(self) -> None:
-        """Start the fork server in the background, so the first specialist call does not wait the ~50 ms
-        of its start-up (a search calls this before its seed validation, which needs no worker). A failure
-        here is left for the first call, which restarts the server and reports."""
+        """Start the fork server and measure the isolation in the background, so the first specialist call
+        does not wait for them (a search calls this before its seed validation, which needs no worker). A
+        failure here is left for the first call, which restarts the server and reports."""
         if self._forkserver is not None and not self._closed:
             threading.Thread(target=self._prestart, name="sandbox-prestart", daemon=True).start()
 
     def _prestart(self) -> None:
         try:
             self._forkserver.start()
+            if not self._closed:
+                self.isolation_report()
         except Exception:  # noqa: BLE001 - see prestart()
             pass
 
@@ -417,6 +420,8 @@ class SandboxPool:
     # ------------------------------------------------------------------ one call
     def _execute(self, source: str, h: str, class_name: str, inputs: dict, bridge, checked: bool,
                  code: bytes = b"") -> RunResult:
+        if self._closed:
+            raise RuntimeError("SandboxPool is closed")
         self._count("calls")
         if not isinstance(inputs, Mapping):
             raise TypeError(f"inputs must be a mapping, got {type(inputs).__name__}")

@@ -132,7 +132,7 @@ def main(argv: list[str]) -> None:
             netns = True
         except OSError:
             netns = False
-    worker.preimport()
+    worker.preimport(cfg.get("request"))
     _send(sock, {"op": "ready", "pid": os.getpid(), "probe": isolation.probe(), "netns": netns})
     while True:
         try:

@@ -139,10 +139,12 @@ class HostileOutcome:
     result: Any = None
 
 
-def run_hostile_search(tmp: Path, *, budget: int = 110, limit: int | None = None) -> HostileOutcome:
+def run_hostile_search(tmp: Path, *, budget: int | None = None, limit: int | None = None) -> HostileOutcome:
     items = interleaved(corpus())
     if limit is not None:
         items = items[:limit]
+    if budget is None:   # every contained source spends a minibatch of 3 (the parent's rows are cached)
+        budget = 40 + 4 * sum(1 for c in items if c["expect"] == "contained")
     half = (len(items) + 1) // 2
     plan = items[:half] + [{"stem": "honest_adder", "source": ADDER, "expect": "honest"}] + items[half:]
     tmp.mkdir(parents=True, exist_ok=True)

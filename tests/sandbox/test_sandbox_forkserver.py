@@ -155,8 +155,8 @@ def _wait_for(cond, timeout: float = 10.0) -> bool:
 def test_prestart_starts_the_fork_server_in_the_background_and_forks_no_worker():
     with SandboxPool(max_workers=3, timeout=5) as p:
         p.prestart()
-        assert _wait_for(lambda: p._forkserver.pid is not None)
-        assert p.stats["spawned"] == 0                                      # workers stay on demand
+        assert _wait_for(lambda: p._report is not None)
+        assert p.stats["spawned"] == 1 and p.stats["workers"] == 0          # the isolation check's one worker
         zpid = p._forkserver.pid
         assert p.run(TRIVIAL, {"x": 5}, FakeBridge()) == {"answer": 5}
         p.prestart()                                                        # running already: no-op

@@ -4,6 +4,8 @@ Header of each file:  # escape: <label>   # expect: rejected|contained   [# kind
 
 Rejected sources are ALSO run through the worker with the host's static policy bypassed
 (RestrictedPython compile + runtime guards only), so a bug in policy.check alone is not an escape.
+The whole corpus runs twice: with every layer on, and with every OS layer switched off (no seccomp,
+Landlock, uid, namespace or rlimits), so the Python-level layers are shown to hold on their own.
 """
 
 from __future__ import annotations
@@ -60,8 +62,35 @@ def _no_secret(outcome) -> None:
     assert SECRET not in text
 
 
+@pytest.fixture(scope="module")
+def policy_only_pool():
+    import warnings
+
+    from dspy_adaptive.sandbox import Layers, SandboxPool
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with SandboxPool(max_workers=2, timeout=1.5, memory_mb=256, max_output_bytes=1_000_000,
+                         max_predictor_calls=20, tool_names=("search",), layers=Layers.none()) as p:
+            p.isolation_report()
+            yield p
+
+
+@pytest.fixture(params=["all_layers", "policy_only"])
+def any_pool(request, pool, policy_only_pool):
+    """The same corpus against every layer, and against the Python-level layers alone. Without rlimits a
+    memory bomb is not stopped by the policy (it is not its class): those sources need the full pool."""
+    return pool if request.param == "all_layers" else policy_only_pool
+
+
+NEEDS_RLIMITS = {"memory_bomb", "memory_bomb_gradual"}
+
+
 @pytest.mark.parametrize("path", HOSTILE, ids=[p.stem for p in HOSTILE])
-def test_hostile_source(path, pool, host_state):
+def test_hostile_source(path, any_pool, pool, host_state):
+    if any_pool is not pool and path.stem in NEEDS_RLIMITS:
+        pytest.skip("memory exhaustion is the rlimits' class, not the policy's")
+    pool = any_pool
     src = path.read_text()
     m = meta(src)
     inputs = {"canary": str(host_state)}
@@ -93,6 +122,7 @@ def test_hostile_source(path, pool, host_state):
 #: rejected for hygiene, but the runtime would have contained them anyway).
 BYPASS_HARMLESS = {
     "decorator_at_import",  # a user decorator is restricted code like any other: it only prints
+    "trojan_source_bidi",   # a display attack on people reading the code: at run time it is a string compare
 }
 
 
