@@ -1,6 +1,8 @@
 """Hardening report: `python -m benchmarks.faults`.
 
-Runs the four families of checks of tests/hardening/ and prints one table:
+Runs the red team (tests/hardening/red_team.py: every attack against each sandbox layer, classified
+tried / rejected / contained / escaped / host-broken; escaped and host-broken must be 0), then the four
+families of checks of tests/hardening/ and prints one table:
 
     hostile corpus in the search    every tests/sandbox/hostile/*.py proposed by the reflection LM in a real search
     LM faults at 10% (+35% stress)  faulty_lm on router/fallback/specialists/reflection; every fault accounted for
@@ -23,7 +25,29 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.hardening import bad_inputs, crash_resume, hostile_search, lm_faults  # noqa: E402
+from tests.hardening import bad_inputs, crash_resume, hostile_search, lm_faults, red_team  # noqa: E402
+
+
+def red_team_table(tmp: Path) -> int:
+    """Print the red-team table; return escaped + host-broken."""
+    t0 = time.perf_counter()
+    rows = red_team.run_red_team(tmp)
+    w = max(len(r.family) for r in rows)
+    print(f"{'red team: attacks against each layer':<{w}} | tried | rejected | contained | escaped | host-broken")
+    print(f"{'-' * w}-|-------|----------|-----------|---------|------------")
+    for r in rows:
+        c = r.counts
+        print(f"{r.family:<{w}} | {r.tried:>5} | {c['rejected']:>8} | {c['contained']:>9} | {c['escaped']:>7} | "
+              f"{c['host-broken']:>11}")
+    bad = sum(r.counts["escaped"] + r.counts["host-broken"] for r in rows)
+    print(f"
+red team: {sum(r.tried for r in rows)} attacks, {bad} escaped or host-broken "
+          f"({time.perf_counter() - t0:.1f}s)")
+    for r in rows:
+        for n in r.notes:
+            print(" -", n)
+    print()
+    return bad
 
 
 def main() -> int:
@@ -32,6 +56,7 @@ def main() -> int:
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="adaptive-faults-") as tmp_s:
         tmp = Path(tmp_s)
+        red = red_team_table(tmp / "red-team")
 
         t0 = time.perf_counter()
         h = hostile_search.run_hostile_search(tmp / "hostile")
@@ -92,7 +117,7 @@ def main() -> int:
     print(f"\ntotal {time.perf_counter() - t_all:.1f}s")
     for n in notes:
         print(" -", n)
-    return 0 if all(r[3] == 0 for r in rows) else 1
+    return 0 if red == 0 and all(r[3] == 0 for r in rows) else 1
 
 
 if __name__ == "__main__":
