@@ -245,7 +245,10 @@ class RoutedProgram(dspy.Module):
         except SpecialistError as e:
             route = RouteRecord(selected, k, answer, None, error=e.reason, error_kind=e.kind)
             raise SpecialistRuntimeError(route) from e
-        return dspy.Prediction(**fields), RouteRecord(selected, k, answer, None)
+        pred = dspy.Prediction()
+        for name, value in fields.items():   # not Prediction(**fields): a field named "base" is a constructor argument
+            pred[name] = value
+        return pred, RouteRecord(selected, k, answer, None)
 
     # -- predictor caches (stable objects so DSPy traces name the same predictor each time) --------
     def _router_for(self, input_names: tuple[str, ...]) -> dspy.Predict:

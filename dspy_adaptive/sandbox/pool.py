@@ -24,6 +24,7 @@ import base64
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -56,6 +57,8 @@ STARTUP_TIMEOUT = 30.0
 NOBODY = 65534
 UID_RANGE = (1 << 30, (1 << 31) - 2)   # per-worker uids (root hosts): unused by any account
 ISOLATION_MODES = ("strict", "warn")
+MAX_OUTPUT_FIELDS = 64
+_OUTPUT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}\Z")
 
 
 class HostBridge(Protocol):
@@ -538,6 +541,11 @@ class SandboxPool:
             outputs = m.get("outputs")
             if not isinstance(outputs, dict):
                 raise SpecialistError("protocol error (outputs is not an object)", "protocol")
+            bad = [k for k in outputs if not _OUTPUT_NAME.match(k)]
+            if bad or len(outputs) > MAX_OUTPUT_FIELDS:
+                raise SpecialistError(
+                    f"output field names must be plain identifiers (at most {MAX_OUTPUT_FIELDS}); got "
+                    f"{len(outputs)} fields{', e.g. ' + repr(bad[0][:40]) if bad else ''}", "output")
             return RunResult(outputs, stdout, st.n_pred, st.n_tool, spent, tuple(st.refused))
         kind = m.get("kind") if m.get("kind") in ("exception", "output", "policy", "protocol", "memory") else "exception"
         reason = str(m.get("reason") or "")[:4000]

@@ -238,3 +238,11 @@ def test_workers_run_the_code_the_host_compiled_once(pool, bridge):
             pool._execute(program.source, "f" * 64, program.class_name, {"x": 1}, bridge, True, forged)
         assert ei.value.kind == "protocol"
     assert pool.run(program, {"x": 1}, bridge) == {"answer": 2}   # the pool still serves
+
+
+@pytest.mark.parametrize("fields", ['**{"__class__": 1}', '**{"a b": 1}', '**{"x" * 100: 1}',
+                                    '**{"f" + str(i): i for i in range(100)}'])
+def test_output_field_names_are_plain(pool, bridge, fields):
+    with pytest.raises(SpecialistError) as ei:
+        pool.run(prog(simple(f"return dspy.Prediction({fields})")), {"x": 1}, bridge)
+    assert ei.value.kind == "output" and "plain identifiers" in ei.value.reason
