@@ -12,8 +12,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterator
 
+from dspy_adaptive.records import FALLBACK
+
 INACTIVE = "INACTIVE"
-FALLBACK = 0
 PROFILES = ("fast", "deep")
 
 DEFAULT_ROUTER = (

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dspy_adaptive.library import Library
-from dspy_adaptive.reflection.signatures import ACTIONS
+from dspy_adaptive.records import ACTIONS
 
 
 @dataclass(frozen=True)

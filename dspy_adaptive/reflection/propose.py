@@ -15,10 +15,10 @@ import dspy
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
+from dspy_adaptive.records import RowResult
 from dspy_adaptive.reflection import signatures as sig
 from dspy_adaptive.reflection.traces import render_slots, render_traces, render_usage
 from dspy_adaptive.sandbox import compile_program
-from dspy_adaptive.search.evaluate import RowResult
 from dspy_adaptive.usage import role
 
 ALLOWED_IMPORTS = "math, re, json, itertools, collections, statistics, fractions, decimal, string, functools, " \

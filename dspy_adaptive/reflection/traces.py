@@ -11,7 +11,7 @@ from typing import Sequence
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
-from dspy_adaptive.search.evaluate import RowResult, _clip
+from dspy_adaptive.records import RowResult, clip
 
 
 def describe_route(r: RowResult) -> str:
@@ -25,14 +25,14 @@ def describe_route(r: RowResult) -> str:
 
 def render_record(n: int, row: Row, r: RowResult) -> str:
     lines = [f"### Request {n}", "Inputs:"]
-    lines += [f"  {k}: {_clip(v, 1500)}" for k, v in row.inputs.items()]
+    lines += [f"  {k}: {clip(v, 1500)}" for k, v in row.inputs.items()]
     lines.append(f"Route: {describe_route(r)}")
     if r.steps:
         lines.append("Steps:")
         for s in r.steps:
             ins = "; ".join(f"{k}={v}" for k, v in s["inputs"].items())
             outs = "; ".join(f"{k}={v}" for k, v in s["outputs"].items())
-            lines.append(f"  - {s['predictor']}: [{_clip(ins, 700)}] -> [{_clip(outs, 700)}]")
+            lines.append(f"  - {s['predictor']}: [{clip(ins, 700)}] -> [{clip(outs, 700)}]")
     if r.output is not None:
         lines.append("Output: " + "; ".join(f"{k}={v}" for k, v in r.output.items()))
     if r.error:

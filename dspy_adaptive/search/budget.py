@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-KINDS = ("seed_validation", "parent_minibatch", "child_minibatch", "validation", "merge_check")
+from dspy_adaptive.records import BUDGET_KINDS as KINDS
+from dspy_adaptive.records import BudgetKind
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Budget:
         with self._lock:
             self._by_kind.update(by_kind)
 
-    def charge(self, kind: str, n: int = 1) -> None:
+    def charge(self, kind: BudgetKind, n: int = 1) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown budget kind {kind!r}")
         with self._lock:

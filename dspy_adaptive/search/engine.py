@@ -19,19 +19,20 @@ import contextvars
 import random
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tqdm.auto import tqdm
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
+from dspy_adaptive.records import ProposalRecord, RowResult
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.search import gate
 from dspy_adaptive.search.archive import Archive, Candidate
 from dspy_adaptive.search.budget import Budget
 from dspy_adaptive.search.checkpoint import CheckpointStore
-from dspy_adaptive.search.evaluate import Evaluator, RowResult
+from dspy_adaptive.search.evaluate import Evaluator
 from dspy_adaptive.search.sampling import BatchSampler, sample_minibatch
 from dspy_adaptive.search.schedule import Schedule
 from dspy_adaptive.search.select import CandidateSelector
@@ -74,37 +75,6 @@ class JobOutcome:
     child_results: tuple[RowResult, ...] | None
     val_results: tuple[RowResult, ...] | None   # set only when the child passed the gate
     stopped: str | None = None                  # the step a stale job stopped before (concurrent proposals)
-
-
-@dataclass(frozen=True)
-class ProposalRecord:
-    """One proposal and its fate (the run record's unit)."""
-
-    iteration: int
-    kind: str                       # "reflect" | "merge" | "skip" | "stale" (concurrent proposals)
-    parents: tuple[int, ...]
-    action: str | None
-    slot: int | None
-    minibatch: tuple[str, ...]
-    parent_sum: float | None
-    child_sum: float | None
-    accepted: bool
-    reason: str | None
-    child_index: int | None
-    child_hash: str | None
-    budget_at: int
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["parents"], d["minibatch"] = list(self.parents), list(self.minibatch)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ProposalRecord":
-        d = dict(d)
-        d["parents"], d["minibatch"] = tuple(d["parents"]), tuple(d["minibatch"])
-        return cls(**d)
 
 
 class SearchEngine:

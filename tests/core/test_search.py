@@ -103,7 +103,7 @@ def test_action_selection_and_program_rewrite_respect_table6(data):
     sibling_marker = "SIBLING_SECRET_MARKER"
     from dspy_adaptive.library import Library, Slot
     from dspy_adaptive.reflection.propose import Reflector
-    from dspy_adaptive.search.evaluate import RowResult
+    from dspy_adaptive.records import RowResult
     from dspy_adaptive.data import make_rows
 
     lib = (Library.empty(3)
