@@ -18,6 +18,7 @@ from matplotlib.patches import FancyArrowPatch, Patch  # noqa: E402
 
 from dspy_adaptive import analysis  # noqa: E402
 from dspy_adaptive import results as _results  # noqa: E402
+from dspy_adaptive.records import slot_label  # noqa: E402
 from dspy_adaptive.results import AdaptiveGEPAResult  # noqa: E402
 
 DPI = 110
@@ -68,7 +69,7 @@ def plot_routing_heatmap(result: AdaptiveGEPAResult, row_labels: Mapping[str, st
                     color="white" if v > 0.6 * top else "black")
     col_names = []
     for s in slots:
-        name = analysis.slot_label(s)
+        name = slot_label(s)
         if s not in (0, None) and not lib.slot(s).active:
             name += "\n(inactive)"
         col_names.append(name)

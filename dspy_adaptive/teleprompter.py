@@ -13,7 +13,6 @@ import hashlib
 import inspect
 import json
 import math
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -22,6 +21,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from dspy_adaptive.data import InputError, Row, input_keys, make_rows
 from dspy_adaptive.library import Library
+from dspy_adaptive.merge.proposer import MergeProposer
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.results import AdaptiveGEPAResult, write_run_record
 from dspy_adaptive.routed_program import RoutedProgram, normalise_tools
@@ -182,12 +182,10 @@ class AdaptiveGEPA(Teleprompter):
                              f"({len(val)} rows): raise it so the search can run at least one iteration")
 
         settings = SearchSettings(
-            max_metric_calls=max_calls, minibatch_size=self.reflection_minibatch_size,
-            skip_perfect_score=self.skip_perfect_score, perfect_score=self.perfect_score,
-            failure_score=self.failure_score, seed=self.seed, use_merge=self.use_merge,
+            minibatch_size=self.reflection_minibatch_size, skip_perfect_score=self.skip_perfect_score,
+            perfect_score=self.perfect_score, seed=self.seed, use_merge=self.use_merge,
             max_merge_invocations=self.max_merge_invocations, merge_cadence=self.merge_cadence,
-            alignment=self.alignment, max_concurrent_proposals=self.max_concurrent_proposals,
-            max_idle_iterations=self.max_idle_iterations)
+            max_concurrent_proposals=self.max_concurrent_proposals, max_idle_iterations=self.max_idle_iterations)
         s = self.sandbox_settings
         base = RoutedProgram(student, Library.empty(self.max_specialists), fast_lm=self.fast_lm,
                              deep_lm=self.deep_lm, tools=self.tools)
@@ -222,7 +220,8 @@ class AdaptiveGEPA(Teleprompter):
             if store is not None:
                 store.close()
         best = engine.archive[engine.archive.best_index()]
-        result = AdaptiveGEPAResult.from_engine(engine, log_dir=self.log_dir)
+        result = AdaptiveGEPAResult.from_state(engine.state_dict(), row_results=evaluator.cache.values(),
+                                               schedule=engine.schedule.to_list(), log_dir=self.log_dir)
         routed = base.with_library(best.library)
         routed._sandbox, routed._owns_sandbox = pool, True
         routed._route_memo = None
@@ -232,11 +231,8 @@ class AdaptiveGEPA(Teleprompter):
             write_run_record(result, self.log_dir)
         return routed
 
-    def _make_merger(self):
-        if not self.use_merge:
-            return None
-        from dspy_adaptive.search.merge_step import Merger
-        return Merger(alignment=self.alignment)
+    def _make_merger(self) -> MergeProposer | None:
+        return MergeProposer(alignment=self.alignment) if self.use_merge else None
 
     def _resume(self, engine: SearchEngine, store: CheckpointStore, evaluator: Evaluator, meter: UsageMeter,
                 fingerprint: str) -> None:
@@ -259,7 +255,9 @@ class AdaptiveGEPA(Teleprompter):
             program_state = json.dumps(student.dump_state(), sort_keys=True, default=str)
         except Exception:
             program_state = repr(student)
-        config = {k: v for k, v in settings.__dict__.items() if k not in ("max_metric_calls", "max_idle_iterations")}
+        # what the search does with these rows (the budget's size and the idle limit may change on resume)
+        config = {k: v for k, v in settings.to_dict().items() if k != "max_idle_iterations"}
+        config.update(failure_score=self.failure_score, alignment=self.alignment)
         payload = {
             "program": type(student).__qualname__, "program_state": program_state, "config": config,
             "max_specialists": self.max_specialists, "candidate_selection": self.candidate_selection_strategy,
@@ -272,5 +270,3 @@ class AdaptiveGEPA(Teleprompter):
         return {k: v for k, v in self.__dict__.items() if k not in ("metric", "reflection_lm", "fast_lm",
                                                                      "deep_lm", "tools", "batch_sampler")}
 
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

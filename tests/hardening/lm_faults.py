@@ -36,6 +36,7 @@ from dspy.utils.callback import BaseCallback
 import dspy.clients.execution as dspy_execution
 from dspy_adaptive import AdaptiveGEPA, SandboxSettings
 from dspy_adaptive.faults import faulty_lm
+from dspy_adaptive.records import REFLECTION_ERRORS
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.testing import scripted_lm
 from tests.core import toy
@@ -277,7 +278,7 @@ def run_with_faults(log_dir: Path, *, rate: float = 0.1, num_retries: int = 3, b
                 unexplained += 1
             if rec.role == "reflection":
                 edit = episodes[rec.episode]
-                if not (edit.rejected and " failed: " in (edit.reason or "")):
+                if not (edit.rejected and edit.failure in REFLECTION_ERRORS):
                     problems.append(f"a failed reflection call did not become a recorded rejection: {edit}")
 
     # what the run record shows, per role
