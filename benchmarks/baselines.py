@@ -1,6 +1,6 @@
 """Baselines for the benchmark mixture (paper Table 2, Appendix D), on the same data, metric, tools and LMs.
 
-* ``seed``: the generic seed P0 (`benchmarks.programs.SeedProgram`), no optimisation.
+* ``seed``: the generic seed P0 (`dspy_adaptive.tasks.programs.SeedProgram`), no optimisation.
 * ``gepa-fpa-all``: `dspy.GEPA` over ONE full program, a `SandboxedFlex` (a `dspy.Flex` subclass).
   dspy.GEPA recognises Flex modules by ``isinstance`` (`gepa_flex_utils.enumerate_flex_submodules`),
   seeds the candidate with ``module_src``, proposes whole new sources with its built-in code proposer
@@ -54,10 +54,11 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 import numpy as np
 
-from benchmarks import INPUT_FIELD, OUTPUT_FIELD
-from benchmarks.programs import GenericTask, SeedProgram
+from dspy_adaptive.tasks import INPUT_FIELD, OUTPUT_FIELD
+from dspy_adaptive.tasks.programs import GenericTask, SeedProgram
 from dspy_adaptive.routed_program import PredictorBridge, RouteRecord, bridged_predictor, normalise_tools
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.scoring import score_example
 
 # -----------------------------------------------------------------------------------------------
 # GEPA-FPA: a dspy.Flex that runs its module_src in our sandbox
@@ -402,22 +403,12 @@ class MoPRun:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _score(result: Any) -> tuple[float, str]:
-    if hasattr(result, "score"):
-        return float(result.score), str(getattr(result, "feedback", "") or "")
-    return float(result), ""
-
-
 def _evaluate(program: Callable, rows: Sequence[dspy.Example], metric: Callable, num_threads: int,
               desc: str) -> list[tuple[float, str, str]]:
-    """(score, feedback, output) per row; a raising run scores 0."""
+    """(score, feedback, output) per row, scored by `score_example`: a failed run or metric scores 0."""
     def one(ex):
-        try:
-            pred = program(**ex.inputs())
-        except Exception as e:  # noqa: BLE001 - failed rollout
-            return 0.0, f"the program failed: {type(e).__name__}: {e}", ""
-        s, fb = _score(metric(ex, pred))
-        return s, fb, str(pred.get(OUTPUT_FIELD, "") if hasattr(pred, "get") else pred)
+        r = score_example(program, ex, metric)
+        return r.score, r.feedback, (r.output or {}).get(OUTPUT_FIELD, "")
 
     if not rows:
         return []

@@ -14,6 +14,7 @@ Runs the four families of checks of tests/hardening/ and prints one table:
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -27,6 +28,7 @@ from tests.hardening import bad_inputs, crash_resume, hostile_search, lm_faults 
 
 
 def main() -> int:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")   # offline: litellm's bundled cost map
     logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
     rows, notes = [], []
     t_all = time.perf_counter()

@@ -36,11 +36,9 @@ import threading
 import time
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import dspy
 
-import dspy  # noqa: E402
-
-from dspy_adaptive.testing import scripted_lm  # noqa: E402
+from dspy_adaptive.testing import scripted_lm
 
 SEED_QUALITY = 40
 
@@ -325,6 +323,7 @@ def ratios(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")   # offline; inherited by the runs it spawns
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.05], help="per-LM-call latency (s)")
     p.add_argument("--threads", type=int, default=16)

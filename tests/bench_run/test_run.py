@@ -7,7 +7,7 @@ import json
 import dspy
 import pytest
 
-from benchmarks import FAMILIES
+from dspy_adaptive.tasks import FAMILIES
 from benchmarks import run as bench
 from benchmarks.tables import FAMILY_TITLES
 from tests.conftest import SHARED_DATA

@@ -5,10 +5,9 @@ from collections import Counter
 
 import pytest
 
-from benchmarks import FAMILIES
 from benchmarks import data as bdata
-from benchmarks.data import (DataError, balanced_quotas, livebench_article, load_family, load_mixture,
-                             scale_sizes)
+from benchmarks.data import DataError, livebench_article, load_family, load_mixture, scale_sizes
+from dspy_adaptive.tasks import FAMILIES
 
 
 @pytest.fixture(scope="module")
@@ -133,15 +132,10 @@ def test_missing_data_dir_says_where(tmp_path):
         load_family("aime", data_dir=tmp_path / "empty")
 
 
-def test_scale_and_quota_helpers():
-    import random
+def test_scale_sizes():
     assert scale_sizes((45, 45, 300), 1000) == (45, 45, 300)
     assert scale_sizes((45, 45, 300), 60) == (7, 7, 46)
     assert scale_sizes((111, 111, 221), 60) == (15, 15, 30)
-    q = balanced_quotas(6, {"a": 10, "b": 10, "c": 10, "d": 10}, random.Random(0))
-    assert sorted(q.values()) == [1, 1, 2, 2]
-    q = balanced_quotas(24, {"a": 2, "b": 50, "c": 50, "d": 50}, random.Random(0))
-    assert q["a"] == 2 and sum(q.values()) == 24 and max(q.values()) - min(q["b"], q["c"], q["d"]) <= 1
 
 
 def test_hf_converters_with_a_fake_hub(monkeypatch, shared_data):

@@ -6,9 +6,9 @@ import dspy
 import pytest
 
 from benchmarks.data import load_family, load_mixture
-from benchmarks.metrics import (AIMEMetric, HotpotQAMetric, LiveBenchIFMetric, MixtureMetric, PupaMetric,
+from dspy_adaptive.tasks.metrics import (AIMEMetric, HotpotQAMetric, LiveBenchIFMetric, MixtureMetric, PupaMetric,
                                 aime_pass_at_1, f1_score, normalize_answer, parse_integer_answer, strip_thinking)
-from benchmarks.programs import SeedProgram
+from dspy_adaptive.tasks.programs import SeedProgram
 from dspy_adaptive.testing import ScriptedEngine, scripted_lm
 
 
@@ -213,7 +213,7 @@ def test_livebench_wrapper_score_and_feedback(lb_examples):
 
 
 def test_livebench_with_real_checkers_if_available(lb_examples):
-    pytest.importorskip("benchmarks.ifeval")
+    pytest.importorskip("dspy_adaptive.tasks.ifeval")
     ex = lb_examples[0]
     out = LiveBenchIFMetric()(ex, dspy.Prediction(response="A short plain answer."))
     assert 0.0 <= out.score <= 1.0 and "constraints satisfied" in out.feedback
@@ -272,12 +272,12 @@ def test_strip_thinking():
     assert strip_thinking("<think>never closed") == ""
 
 
-def test_livebench_lazily_imports_benchmarks_ifeval(monkeypatch, lb_examples):
+def test_livebench_lazily_imports_the_ifeval_checkers(monkeypatch, lb_examples):
     import sys
     import types
 
-    fake = types.ModuleType("benchmarks.ifeval")
+    fake = types.ModuleType("dspy_adaptive.tasks.ifeval")
     fake.evaluate_instructions = lambda response, ids, kwargs, prompt: [(i, True, "checked") for i in ids]
-    monkeypatch.setitem(sys.modules, "benchmarks.ifeval", fake)
+    monkeypatch.setitem(sys.modules, "dspy_adaptive.tasks.ifeval", fake)
     out = LiveBenchIFMetric()(lb_examples[0], dspy.Prediction(response="text"))
     assert out.score == 1.0 and "checked" in out.feedback

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from benchmarks.ifeval import evaluate_instructions, livebench_if_score
+from dspy_adaptive.tasks.ifeval import evaluate_instructions, livebench_if_score
 
 
 def _rows(path):

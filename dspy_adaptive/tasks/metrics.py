@@ -14,7 +14,7 @@ without a `response` field but with exactly one string field is read through tha
   leakage ratio is NOT clipped, so utilities can be negative. An empty or missing
   `external_request` means nothing was delegated: leakage 0 without a judge call.
 * LiveBench-IF: per question (all followed + fraction followed) / 2 after removing `<think>`
-  blocks, on the checkers of `benchmarks.ifeval`; feedback lists satisfied and violated
+  blocks, on the checkers of `dspy_adaptive.tasks.ifeval`; feedback lists satisfied and violated
   constraints.
 
 A runtime failure (`pred` is None, an exception, or dspy's FailedPrediction) scores 0 before any
@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import dspy
 
-from benchmarks import EXTERNAL_REQUEST_FIELD, FAMILIES, OUTPUT_FIELD
+from dspy_adaptive.tasks import EXTERNAL_REQUEST_FIELD, FAMILIES, OUTPUT_FIELD
 
 FAILURE_SCORE = 0.0
 
@@ -363,15 +363,15 @@ Checker = Callable[[str, list, list, str], list]
 
 def _default_checker() -> Checker:
     try:
-        from benchmarks.ifeval import evaluate_instructions
+        from dspy_adaptive.tasks.ifeval import evaluate_instructions
     except ImportError as e:
-        raise ImportError("LiveBench-IF scoring needs benchmarks.ifeval.evaluate_instructions (the IFEval "
+        raise ImportError("LiveBench-IF scoring needs dspy_adaptive.tasks.ifeval.evaluate_instructions (the IFEval "
                           "instruction checkers); it could not be imported: " + str(e)) from e
     return evaluate_instructions
 
 
 def _as_tuple(result: Any) -> tuple:
-    """(id, followed, detail) from benchmarks.ifeval's InstructionResult or a plain tuple."""
+    """(id, followed, detail) from dspy_adaptive.tasks.ifeval's InstructionResult or a plain tuple."""
     if hasattr(result, "instruction_id"):
         return (result.instruction_id, result.followed, result.detail)
     return tuple(result)

@@ -1,4 +1,4 @@
-"""A built-in mini mixture of four task families, written for this project (see README.md).
+"""A built-in mini mixture of four task families, written for this project (see data/README.md).
 
 `load_demo_mixture()` returns `(train, val, test)`: lists of `dspy.Example` whose only input is
 `request`; `family`, `subtask`, `split` and the gold fields ride along as labels. The order is
@@ -14,14 +14,15 @@ from typing import Iterable
 
 import dspy
 
+from dspy_adaptive.tasks import FAMILIES
+
 __all__ = ["FAMILIES", "SPLITS", "demo_corpus_path", "load_demo_corpus", "load_demo_mixture", "load_family"]
 
-FAMILIES = ("hotpotqa", "aime", "pupa", "livebench_if")
 SPLITS = ("train", "val", "test")
 
 
 def _data_dir() -> Path:
-    return Path(str(resources.files(__name__)))
+    return Path(str(resources.files("dspy_adaptive.demo") / "data"))
 
 
 def _read_jsonl(path: Path) -> list[dict]:

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from benchmarks.ifeval import (
+from dspy_adaptive.tasks.ifeval import (
     INSTRUCTION_IDS,
     InstructionArgumentError,
     UnknownInstructionError,
     evaluate_instructions,
 )
-from benchmarks.ifeval import text_util
+from dspy_adaptive.tasks.ifeval import text_util
 
 # (instruction_id, kwargs, compliant response, non-compliant response[, prompt])
 CASES = [
