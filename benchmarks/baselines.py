@@ -57,7 +57,7 @@ import numpy as np
 from dspy_adaptive.tasks import INPUT_FIELD, OUTPUT_FIELD
 from dspy_adaptive.tasks.programs import GenericTask, SeedProgram
 from dspy_adaptive.routed_program import PredictorBridge, RouteRecord, bridged_predictor, normalise_tools
-from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.sandbox import ALLOWED_MODULES, SandboxPool, SpecialistError, compile_program
 from dspy_adaptive.scoring import score_example
 
 # -----------------------------------------------------------------------------------------------
@@ -68,8 +68,8 @@ SANDBOX_NOTE = (
     "This module runs in a restricted Python sandbox. Its dspy provides only dspy.Module, dspy.Predict, "
     "dspy.ChainOfThought, dspy.Signature, dspy.InputField, dspy.OutputField and dspy.Prediction "
     "(dspy.RLM / dspy.ReActV2 are NOT available: call the tools above directly as plain functions). "
-    "Allowed imports: math, re, json, itertools, collections, statistics, fractions, decimal, string, "
-    "functools, heapq; no files, processes, network, eval/exec or names starting with an underscore. "
+    f"Allowed imports: {', '.join(ALLOWED_MODULES)}; no files, processes, network, eval/exec or names "
+    "starting with an underscore. "
     "Predictors take keyword arguments; a predictor may be built as dspy.Predict(\"a, b -> c\", "
     "instructions=\"...\"). forward must return dspy.Prediction(response=...); a program that sends a "
     "request to ask_external_llm must also return that exact text as external_request."

@@ -20,11 +20,10 @@ from dspy_adaptive.records import FailureKind, ProposalRecord, RowResult
 from dspy_adaptive.routed_program import parse_slot_answer
 from dspy_adaptive.reflection import signatures as sig
 from dspy_adaptive.reflection.traces import render_history, render_slots, render_traces, render_usage
-from dspy_adaptive.sandbox import compile_program
+from dspy_adaptive.sandbox import ALLOWED_MODULES, compile_program
 from dspy_adaptive.usage import role
 
-ALLOWED_IMPORTS = "math, re, json, itertools, collections, statistics, fractions, decimal, string, functools, " \
-                  "heapq, datetime, typing"
+ALLOWED_IMPORTS = ", ".join(ALLOWED_MODULES)   # the sandbox policy's own list, so the prompt cannot drift from it
 
 
 @dataclass(frozen=True)
