@@ -171,7 +171,20 @@ class PredictorBridge:
 
 
 class RoutedProgram(dspy.Module):
-    """Router -> specialist (sandboxed) or the frozen fallback. See the module docstring."""
+    """Router -> specialist (sandboxed) or the frozen fallback. See the module docstring.
+
+    Args:
+        program: the user's DSPy program; a frozen deep copy serves as the fallback (slot 0).
+        library: the router instruction and specialist slots (default: an empty library, so every request
+            goes to the fallback without a router call).
+        fast_lm: the LM of the "fast" profile; the router always uses it (None: the configured LM).
+        deep_lm: the LM of the "deep" profile; the fallback always uses it (None: the configured LM).
+        tools: functions specialists may call by name (a mapping name -> function, or a list of functions
+            named by their `__name__`).
+        sandbox: a shared `SandboxPool` to run specialists in (default: one is started on first use and
+            closed by `close()`).
+        max_specialists: the number of slots of the default empty library (ignored when `library` is given).
+    """
 
     def __init__(
         self,

@@ -40,6 +40,14 @@ ALIGNMENTS = ("mutual_best", "hungarian")
 
 @dataclass(frozen=True)
 class SandboxSettings:
+    """Limits for specialist programs running in the sandbox.
+
+    Args:
+        timeout: wall-clock seconds one specialist call may take.
+        memory_mb: address-space limit of a sandbox worker process, in MB.
+        max_predictor_calls: predictor calls one specialist call may make.
+    """
+
     timeout: float = 60.0
     memory_mb: int = 1024
     max_predictor_calls: int = 100
@@ -62,7 +70,51 @@ def _check_metric(metric: Callable) -> None:
 class AdaptiveGEPA(Teleprompter):
     """Evolves an LM router, specialist descriptions and sandboxed specialist programs (Adaptive-GEPA).
 
-    Budget: exactly one of `auto` ("light" | "medium" | "heavy"), `max_full_evals` or `max_metric_calls`.
+    `compile(program, trainset=..., valset=...)` returns a `RoutedProgram`: the router picks one of up to
+    `max_specialists` specialist programs, or the user's `program` as the frozen fallback. Parameters
+    shared with `dspy.GEPA` keep its names and meaning. A scored call is one program run on one example
+    plus its metric; the budget counts every one (minibatches, validations, merge checks).
+
+    Args:
+        metric: dspy.GEPA's feedback metric, `metric(gold, pred, trace, pred_name, pred_trace)` returning a
+            float or `dspy.Prediction(score=..., feedback=...)`. A metric that raises or returns a
+            non-number is recorded and scored `failure_score`.
+        auto: budget preset, "light" | "medium" | "heavy" (set exactly one of auto, max_full_evals,
+            max_metric_calls).
+        max_full_evals: budget as a number of full passes over trainset + valset.
+        max_metric_calls: budget in scored calls. A new iteration starts only while the spent count is
+            below it, so the final count may exceed it by at most one iteration (k with concurrency).
+        reflection_minibatch_size: feedback (trainset) rows per reflective proposal.
+        candidate_selection_strategy: "pareto" (GEPA's per-row frontier, frequency weighted) or
+            "current_best" (the highest validation mean).
+        reflection_lm: the LM that reads traces and proposes edits (required; use a strong model).
+        skip_perfect_score: skip reflection when the parent scores `perfect_score` on the whole minibatch.
+        use_merge: propose merges of two branches that share an ancestor (footprint-aligned).
+        max_merge_invocations: most merges proposed in a run.
+        merge_cadence: accepted reflective proposals between two merges.
+        alignment: how a merge aligns the weaker parent's specialists: "mutual_best" (the paper) or
+            "hungarian" (maximum-weight assignment over footprint overlap).
+        num_threads: threads that run evaluation rows in parallel (None: 1).
+        failure_score: the score of a failed rollout (the program raised) or a misbehaving metric.
+        perfect_score: the score that counts as perfect for `skip_perfect_score`.
+        log_dir: directory for checkpoints (rerun the same call to resume) and the run record (run.json,
+            report.md, learning_curve.png). None: no files.
+        track_stats: attach the run's `AdaptiveGEPAResult` to the returned program as `detailed_results`.
+        seed: seed of the search's random choices (selection, minibatches, merges).
+        max_specialists: K, the number of specialist slots.
+        fast_lm: the LM of the "fast" profile; the router always uses it (None: the configured LM).
+        deep_lm: the LM of the "deep" profile; the fallback always uses it (None: the configured LM).
+        tools: functions specialists may call by name (a mapping name -> function, or a list of functions
+            named by their `__name__`), e.g. a retrieval `search`.
+        batch_sampler: `sampler(examples, size, rng) -> indices` drawing each reflection minibatch from the
+            trainset, e.g. to balance by labels the models never see (default: uniform without replacement).
+        sandbox: limits for specialist programs (`SandboxSettings`).
+        max_concurrent_proposals: k, reflective proposals in flight at once, sharing the evaluation threads;
+            1 is exactly the sequential loop.
+        route_memo: during the search, memoise router decisions per (router, descriptions, request), as
+            DSPy's LM cache would; the returned program does not memoise.
+        max_idle_iterations: stop after this many iterations in a row that spend no scored call.
+        progress: show a progress bar.
     """
 
     def __init__(
@@ -167,6 +219,17 @@ class AdaptiveGEPA(Teleprompter):
     # -- compile -------------------------------------------------------------------------------------------
     def compile(self, student: dspy.Module, *, trainset: Sequence[dspy.Example],
                 valset: Sequence[dspy.Example] | None = None, **kwargs: Any) -> RoutedProgram:
+        """Search for the best library and return it as a RoutedProgram.
+
+        Args:
+            student: the user's program; it becomes the frozen fallback.
+            trainset: the feedback set reflection reads (examples need `.with_inputs(...)`).
+            valset: the selection (Pareto) set every archived candidate is scored on (default: trainset).
+            **kwargs: `teacher` is not supported (an error if given).
+
+        Returns:
+            The best archived library as a `RoutedProgram` (with `detailed_results` when `track_stats`).
+        """
         if kwargs.get("teacher") is not None:
             raise InputError("AdaptiveGEPA does not use a teacher program")
         if not isinstance(student, dspy.Module):
