@@ -54,11 +54,11 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 import numpy as np
 
-from dspy_adaptive.tasks import INPUT_FIELD, OUTPUT_FIELD
-from dspy_adaptive.tasks.programs import GenericTask, SeedProgram
 from dspy_adaptive.routed_program import PredictorBridge, RouteRecord, bridged_predictor, normalise_tools
 from dspy_adaptive.sandbox import ALLOWED_MODULES, SandboxPool, SpecialistError, compile_program
 from dspy_adaptive.scoring import score_example
+from dspy_adaptive.tasks import INPUT_FIELD, OUTPUT_FIELD
+from dspy_adaptive.tasks.programs import GenericTask, SeedProgram
 
 # -----------------------------------------------------------------------------------------------
 # GEPA-FPA: a dspy.Flex that runs its module_src in our sandbox
@@ -118,8 +118,9 @@ class SandboxedFlex(dspy.Flex):
     otherwise). `source`: initial module source (default: P0's behaviour, one `dspy.Predict`).
     """
 
-    def __init__(self, signature: Any = GenericTask, *, tools: Mapping[str, Callable] | Sequence[Callable] | None = None,
-                 lm: Any = None, pool: SandboxPool | None = None, source: str | None = None):
+    def __init__(self, signature: Any = GenericTask, *,
+                 tools: Mapping[str, Callable] | Sequence[Callable] | None = None, lm: Any = None,
+                 pool: SandboxPool | None = None, source: str | None = None):
         tools = normalise_tools(tools)
         super().__init__(signature, tools=[_named_tool(n, f) for n, f in tools.items()],
                          interpreter_factory=_no_interpreter, max_predictor_calls=None)
@@ -170,7 +171,8 @@ class SandboxedFlex(dspy.Flex):
         if not compiled.ok:
             raise SpecialistError("the module source was rejected: " + "; ".join(compiled.reasons), kind="policy")
         lm = self.lm or self._runtime.lm or dspy.settings.lm
-        fields = self._runtime.pool.run(compiled.program, dict(kwargs), PredictorBridge(self._runtime.predictor, self._runtime.tools, lm, role_name="program"))
+        bridge = PredictorBridge(self._runtime.predictor, self._runtime.tools, lm, role_name="program")
+        fields = self._runtime.pool.run(compiled.program, dict(kwargs), bridge)
         return dspy.Prediction(**fields)
 
     def __deepcopy__(self, memo: dict) -> "SandboxedFlex":
@@ -403,6 +405,11 @@ class MoPRun:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+def _responding(predictor: dspy.Module) -> Callable[..., dspy.Prediction]:
+    """An expert program: the predictor's `response` only."""
+    return lambda **kw: dspy.Prediction(response=predictor(**kw).response)
+
+
 def _evaluate(program: Callable, rows: Sequence[dspy.Example], metric: Callable, num_threads: int,
               desc: str) -> list[tuple[float, str, str]]:
     """(score, feedback, output) per row, scored by `score_example`: a failed run or metric scores 0."""
@@ -435,15 +442,14 @@ def run_mop(*, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example],
     rng = random.Random(seed)
     with dspy.context(lm=lm):
         for c in tqdm(range(K), desc="MoP clusters", disable=not progress):
-            tr = [ex for ex, l in zip(trainset, train_labels) if l == c]
-            va = [ex for ex, l in zip(valset, val_labels) if l == c]
+            tr = [ex for ex, label in zip(trainset, train_labels) if label == c]
+            va = [ex for ex, label in zip(valset, val_labels) if label == c]
             induce = rng.sample(tr, min(induce_rows, len(tr)))
             seed_prog = dspy.Predict(GenericTask)
-            obs = _evaluate(lambda **kw: dspy.Prediction(response=seed_prog(**kw).response), induce, metric,
-                            num_threads, "induce")
+            obs = _evaluate(_responding(seed_prog), induce, metric, num_threads, "induce")
             calls += len(induce)
-            text = "\n\n".join(f"Request: {ex[INPUT_FIELD][:1500]}\nOutput: {o[:800]}\nScore: {s:.2f}\nFeedback: {fb[:800]}"
-                               for ex, (s, fb, o) in zip(induce, obs)) or "(no examples)"
+            text = "\n\n".join(f"Request: {ex[INPUT_FIELD][:1500]}\nOutput: {o[:800]}\nScore: {s:.2f}\n"
+                               f"Feedback: {fb[:800]}" for ex, (s, fb, o) in zip(induce, obs)) or "(no examples)"
             cands = [seed_instruction]
             for j in range(num_candidates):
                 try:
@@ -458,7 +464,7 @@ def run_mop(*, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example],
             means = []
             for ins in cands:
                 pred = dspy.Predict(GenericTask.with_instructions(ins))
-                res = _evaluate(lambda **kw: dspy.Prediction(response=pred(**kw).response), va, metric,
+                res = _evaluate(_responding(pred), va, metric,
                                 num_threads, "select")
                 calls += len(va)
                 means.append(sum(r[0] for r in res) / len(res) if res else 0.0)

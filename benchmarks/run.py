@@ -98,7 +98,7 @@ def parse_sizes(values: Sequence[str]) -> dict[str, tuple[int, int, int]] | None
         try:
             triple = tuple(int(x) for x in nums.split(","))
         except ValueError:
-            raise SystemExit(f"--sizes {v!r}: expected N,N,N or family=N,N,N")
+            raise SystemExit(f"--sizes {v!r}: expected N,N,N or family=N,N,N") from None
         if len(triple) != 3 or min(triple) < 1:
             raise SystemExit(f"--sizes {v!r}: need three positive integers train,val,test")
         if fam and fam not in FAMILIES:
@@ -118,7 +118,7 @@ def make_lm(spec: str, *, role: str) -> Any:
         except ImportError as e:
             raise SystemExit(f"--{role}-lm {spec!r} needs dspy_adaptive.lm.make_lm (local GGUF models), which could "
                              f"not be imported ({e}). Install the local extra (pip install -e '.[local]') or pass a "
-                             "litellm model string.")
+                             "litellm model string.") from e
         return make_local(spec)
     if role == "reflection":
         return dspy.LM(spec, temperature=1.0, max_tokens=32000)
@@ -375,8 +375,8 @@ def make_tools(args: argparse.Namespace, roles: Roles) -> dict[str, Callable]:
 
 def run(args: argparse.Namespace) -> dict:
     from dspy_adaptive.analysis import write_labels
-    from dspy_adaptive.tasks.metrics import MixtureMetric
     from dspy_adaptive.sandbox import SandboxPool
+    from dspy_adaptive.tasks.metrics import MixtureMetric
     if not args.method or not args.out:
         raise SystemExit("--method and --out are required (or use --compare RUN_DIR ...)")
     if args.budget <= 0:
@@ -442,7 +442,8 @@ def _ifeval_checker():
     try:
         from dspy_adaptive.tasks.ifeval import evaluate_instructions
     except ImportError as e:
-        raise SystemExit("LiveBench-IF scoring needs dspy_adaptive.tasks.ifeval.evaluate_instructions, which could not be "
+        raise SystemExit("LiveBench-IF scoring needs dspy_adaptive.tasks.ifeval.evaluate_instructions, which could not "
+                         "be "
                          f"imported ({e}); use --scripted for an offline smoke run") from e
     return evaluate_instructions
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any, Mapping, Sequence
 
-from dspy_adaptive.tasks import FAMILIES
 from dspy_adaptive.analysis import majority_mapping_agreement, markdown_table
 from dspy_adaptive.records import slot_label
+from dspy_adaptive.tasks import FAMILIES
 
 FAMILY_TITLES = {"hotpotqa": "HotpotQA", "aime": "AIME", "pupa": "PUPA", "livebench_if": "LB-IF"}
 METHOD_TITLES = {"seed": "Generic seed", "mop": "MoP", "gepa-fpa-all": "GEPA-FPA-ALL", "adaptive": "Adaptive-GEPA",

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterator
 
-from dspy_adaptive.records import FALLBACK
+from dspy_adaptive.records import FALLBACK  # noqa: F401 - re-exported: slot id 0 names the fallback
 
 INACTIVE = "INACTIVE"
 PROFILES = ("fast", "deep")

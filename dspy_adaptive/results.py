@@ -127,7 +127,7 @@ def action_counts(proposals: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
         name = "merge" if p["kind"] == "merge" else (p["action"] or "malformed")
         proposed[name] += 1
         accepted[name] += int(p["accepted"])
-    names = [a for a in ACTIONS] + sorted(set(proposed) - set(ACTIONS))
+    names = list(ACTIONS) + sorted(set(proposed) - set(ACTIONS))
     return {a: {"proposed": proposed[a], "accepted": accepted[a]} for a in names if proposed[a] or a in ACTIONS}
 
 
@@ -191,7 +191,8 @@ def render_markdown(r: AdaptiveGEPAResult) -> str:
     if f:
         lines += ["", f"Absorbed faults: {f.get('failed_rollouts', 0)} failed rollouts "
                       f"({', '.join(f'{k} {v}' for k, v in f.get('failed_rollouts_by_type', {}).items()) or 'none'}), "
-                      f"{f.get('metric_faults', 0)} metric faults, {f.get('failed_reflections', 0)} failed reflections, "
+                      f"{f.get('metric_faults', 0)} metric faults, "
+                      f"{f.get('failed_reflections', 0)} failed reflections, "
                       f"{f.get('lost_to_interruptions', 0)} scored calls lost to interruptions."]
     lines += ["", "## LM usage by role", "", "| role | calls | prompt tokens | completion tokens | cost |",
               "|---|---:|---:|---:|---:|"]

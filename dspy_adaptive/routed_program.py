@@ -331,7 +331,7 @@ class RoutedProgram(dspy.Module):
         with self._lock:
             if any(p is predictor for p in self._routers.values()):
                 return "router"
-            for (slot, name, kind, *_), p in self._predictors.items():
+            for (slot, name, *_), p in self._predictors.items():
                 if p is predictor or getattr(p, "predict", None) is predictor:
                     return f"slot{slot}.{name}"
         for name, p in self.fallback.named_predictors():
@@ -360,7 +360,8 @@ class RoutedProgram(dspy.Module):
         self._routers, self._predictors = {}, {}
 
     def export(self, directory: str | Path) -> Path:
-        """Write the library for people to read: router.txt, library.json, slot_k/{description.txt,program.py,profile,active}."""
+        """Write the library for people to read: router.txt, library.json and
+        slot_k/{description.txt, program.py, profile, active}."""
         root = Path(directory)
         root.mkdir(parents=True, exist_ok=True)
         (root / "router.txt").write_text(self.library.router + "\n", encoding="utf-8")

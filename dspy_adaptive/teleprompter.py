@@ -188,7 +188,8 @@ class AdaptiveGEPA(Teleprompter):
         self.reflection_minibatch_size = reflection_minibatch_size
         self.candidate_selection_strategy = candidate_selection_strategy
         self.reflection_lm = reflection_lm
-        self.skip_perfect_score, self.perfect_score, self.failure_score = skip_perfect_score, perfect_score, failure_score
+        self.skip_perfect_score, self.perfect_score = skip_perfect_score, perfect_score
+        self.failure_score = failure_score
         self.use_merge, self.max_merge_invocations, self.merge_cadence = use_merge, max_merge_invocations, merge_cadence
         self.alignment = alignment
         self.num_threads = num_threads

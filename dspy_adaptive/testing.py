@@ -81,7 +81,7 @@ Responder = Callable[[ScriptedCall], "str | Mapping[str, Any]"]
 def format_fields(fields: Mapping[str, Any], json_mode: bool = False) -> str:
     """Render output field values the way DSPy's ChatAdapter (or JSONAdapter) parses them."""
     if json_mode:
-        return json.dumps({k: v for k, v in fields.items()})
+        return json.dumps(dict(fields))
     parts = []
     for name, value in fields.items():
         if not isinstance(value, str):
@@ -117,7 +117,7 @@ class ScriptedEngine:
         if isinstance(out, str):
             text = out
         else:  # fill output fields the responder left out (e.g. ChainOfThought's reasoning)
-            fields = {name: "" for name in call.output_fields}
+            fields = dict.fromkeys(call.output_fields, "")
             fields.update(out)
             text = format_fields(fields, call.json_mode)
         n_in = max(1, len(call.prompt) // 4)

@@ -58,7 +58,10 @@ def _interleave(groups: Iterable[list[dict]]) -> list[dict]:
     return out
 
 
-def load_demo_mixture(families: Iterable[str] = FAMILIES) -> tuple[list[dspy.Example], list[dspy.Example], list[dspy.Example]]:
+Split = list[dspy.Example]
+
+
+def load_demo_mixture(families: Iterable[str] = FAMILIES) -> tuple[Split, Split, Split]:
     """(train, val, test) lists of `dspy.Example(...).with_inputs("request")`, families interleaved."""
     rows = {f: load_family(f) for f in families}
     splits = []

@@ -69,7 +69,7 @@ def _mutual_best(jm: JaccardMatrix) -> list[tuple[int, int]]:
 def _hungarian(jm: JaccardMatrix) -> list[tuple[int, int]]:
     if not jm.rows or not jm.cols:
         return []
-    import numpy as np                                   # imported here: ~50 MB that only this method needs
+    import numpy as np  # imported here: ~50 MB that only this method needs
     from scipy.optimize import linear_sum_assignment
 
     weights = np.array(jm.values, dtype=float)

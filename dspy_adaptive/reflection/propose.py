@@ -16,10 +16,10 @@ import dspy
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
-from dspy_adaptive.records import FailureKind, ProposalRecord, RowResult
-from dspy_adaptive.routed_program import parse_slot_answer
+from dspy_adaptive.records import ACTIONS, FailureKind, ProposalRecord, RowResult
 from dspy_adaptive.reflection import signatures as sig
 from dspy_adaptive.reflection.traces import render_history, render_slots, render_traces, render_usage
+from dspy_adaptive.routed_program import parse_slot_answer
 from dspy_adaptive.sandbox import ALLOWED_MODULES, compile_program
 from dspy_adaptive.usage import role
 
@@ -78,7 +78,8 @@ def strip_code(text: str) -> str:
     return (m.group(1) if m else (text or "")).strip() + "\n"
 
 
-def _rejected(action: str | None, slot: int | None, failure: FailureKind, reason: str, source: str | None = None) -> Edit:
+def _rejected(action: str | None, slot: int | None, failure: FailureKind, reason: str,
+              source: str | None = None) -> Edit:
     return Edit(action, slot, None, reason, rejected_source=source, failure=failure)
 
 
@@ -133,9 +134,9 @@ class Reflector:
                              f"action selection failed: {type(e).__name__}: {str(e)[:300]}")
         action = str(choice.action or "").strip().lower().replace(" ", "_").replace("-", "_")
         slot = parse_slot_answer(choice.slot)
-        if action not in sig.ACTIONS:   # recorded without an action: only ACTIONS are valid action names
+        if action not in ACTIONS:   # recorded without an action: only ACTIONS are valid action names
             return _rejected(None, slot, "unknown_action",
-                             f"unknown action {action!r} (expected one of {', '.join(sig.ACTIONS)})")
+                             f"unknown action {action!r} (expected one of {', '.join(ACTIONS)})")
         if action == "activate" and parent.inactive_ids() and slot not in parent.inactive_ids():
             slot = parent.inactive_ids()[0]  # any free slot serves an activation: take the lowest
         problem = self._validate_target(parent, action, slot)

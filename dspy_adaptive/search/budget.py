@@ -25,7 +25,7 @@ class Budget:
 
     def __init__(self, max_calls: int):
         self.max_calls = max_calls
-        self._by_kind = {k: 0 for k in KINDS}
+        self._by_kind = dict.fromkeys(KINDS, 0)
         self._lock = threading.Lock()
 
     def restore(self, by_kind: dict[str, int]) -> None:

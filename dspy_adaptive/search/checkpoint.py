@@ -104,7 +104,8 @@ class CheckpointStore:
         with self._lock:
             if self._evals is None:
                 self._evals = open(self.dir / EVALS, "a", encoding="utf-8")
-            self._evals.write(line + "\n"); self._evals.flush()  # a SIGKILL must not drop counted calls
+            self._evals.write(line + "\n")
+            self._evals.flush()  # a SIGKILL must not drop counted calls
 
     def commit(self, state: dict[str, Any]) -> None:
         with self._lock:

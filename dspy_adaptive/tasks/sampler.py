@@ -33,7 +33,7 @@ def balanced_quotas(n: int, capacity: Mapping[str, int], rng: random.Random) -> 
     min(n, sum(capacity)).
     """
     groups = sorted(capacity)
-    quota = {g: 0 for g in groups}
+    quota = dict.fromkeys(groups, 0)
     left = min(n, sum(capacity.values()))
     while left > 0:
         open_groups = [g for g in groups if quota[g] < capacity[g]]

@@ -7,8 +7,14 @@ import numpy as np
 from dspy.teleprompt.bootstrap_trace import FailedPrediction
 from dspy.teleprompt.gepa.gepa_flex_utils import enumerate_flex_submodules, evaluate_with_trace, rebind_flex_code
 
-from benchmarks.baselines import (HashedTfidfEmbedder, LabelRoutedProgram, SandboxedFlex, choose_clusters,
-                                  mop_from_spec, silhouette)
+from benchmarks.baselines import (
+    HashedTfidfEmbedder,
+    LabelRoutedProgram,
+    SandboxedFlex,
+    choose_clusters,
+    mop_from_spec,
+    silhouette,
+)
 from dspy_adaptive import route_of
 from dspy_adaptive.sandbox import SandboxPool
 from dspy_adaptive.testing import scripted_lm

@@ -90,7 +90,7 @@ def test_pupa_positional_rule_on_full_pool():
 
 def test_livebench_releases_balance_and_no_article_overlap(mixture, shared_data):
     s = mixture.family("livebench_if")
-    raw = {json.loads(l)["question_id"]: json.loads(l) for l in open(shared_data / "livebench_if.jsonl")}
+    raw = {json.loads(line)["question_id"]: json.loads(line) for line in open(shared_data / "livebench_if.jsonl")}
     assert {e.release for e in s.train} == {"2024-06-24"}
     assert {e.release for e in s.val + s.test} == {"2024-11-25"}
     for part, n in ((s.train, 45), (s.val, 45), (s.test, 100)):
@@ -102,7 +102,7 @@ def test_livebench_releases_balance_and_no_article_overlap(mixture, shared_data)
 
 
 def test_hotpotqa_train_file_is_used_when_present(tmp_path, shared_data):
-    dev = [json.loads(l) for l in open(shared_data / "hotpotqa.jsonl")]
+    dev = [json.loads(line) for line in open(shared_data / "hotpotqa.jsonl")]
     (tmp_path / "hotpotqa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dev))
     train = [{**r, "id": r["id"] + "-train"} for r in dev[:30]]
     (tmp_path / "hotpotqa_train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
@@ -140,7 +140,7 @@ def test_scale_sizes():
 
 def test_hf_converters_with_a_fake_hub(monkeypatch, shared_data):
     """The HF path cannot reach the hub here; check its record conversion with a stand-in loader."""
-    aime = [json.loads(l) for l in open(shared_data / "aime.jsonl")]
+    aime = [json.loads(line) for line in open(shared_data / "aime.jsonl")]
     fake = {
         "AI-MO/aimo-validation-aime": [{"id": i, "problem": r["problem"], "solution": r["solution"],
                                         "answer": r["answer"], "url": r["url"]}

@@ -101,10 +101,10 @@ def test_reflection_never_sees_validation_rows_or_labels(data):
 def test_action_selection_and_program_rewrite_respect_table6(data):
     train, val = data
     sibling_marker = "SIBLING_SECRET_MARKER"
-    from dspy_adaptive.library import Library, Slot
-    from dspy_adaptive.reflection.propose import Reflector
-    from dspy_adaptive.records import RowResult
     from dspy_adaptive.data import make_rows
+    from dspy_adaptive.library import Library, Slot
+    from dspy_adaptive.records import RowResult
+    from dspy_adaptive.reflection.propose import Reflector
 
     lib = (Library.empty(3)
            .with_slot(1, Slot().activated(toy.ARITH_DESCRIPTION, toy.ADD_SOURCE, "fast"))
