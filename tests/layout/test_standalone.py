@@ -14,7 +14,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 PROBE = """
-import importlib, pkgutil, sys
+import importlib, os, pkgutil, sys
+environ = dict(os.environ)
 import dspy_adaptive
 assert dspy_adaptive.__file__.startswith(sys.argv[1]), dspy_adaptive.__file__
 try:
@@ -27,6 +28,7 @@ names = [m.name for m in pkgutil.walk_packages(dspy_adaptive.__path__, "dspy_ada
 for name in names:
     importlib.import_module(name)
 assert not any(m == "benchmarks" or m.startswith("benchmarks.") for m in sys.modules)
+assert dict(os.environ) == environ, "importing dspy_adaptive changed the environment"
 print(len(names))
 """
 
@@ -46,8 +48,9 @@ def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Complete
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_every_module_imports_without_benchmarks_on_the_path(tmp_path):
+def test_every_module_imports_without_benchmarks_on_the_path_and_leaves_the_environment_alone(tmp_path):
     site, work, env = _isolated(tmp_path)
+    env.pop("LITELLM_LOCAL_MODEL_COST_MAP")         # so that setting it at import time would show
     out = _run([sys.executable, "-c", PROBE, str(site)], work, env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert int(out.stdout.split()[-1]) > 30            # every module of the package was imported
