@@ -1,24 +1,14 @@
-"""The paper's benchmark mixture (Adaptive-GEPA §4.1, Appendices B–D) for `dspy_adaptive`.
+"""Scripts over the dspy_adaptive library for the paper's benchmark mixture (Adaptive-GEPA §4, Appendices B–D).
 
-Four task families — HotpotQA, AIME, PUPA and LiveBench-IF — share ONE input schema so one
-program can serve the whole mixture:
+Run from a checkout (this folder is not installed with the package):
 
-* input  `request: str`  — the task exactly as a user would send it (HotpotQA question, AIME
-  problem, PUPA `user_query`, LiveBench-IF turn text). It is the only input field.
-* output `response: str` — the final answer/text for the user. PUPA programs may also output
-  `external_request: str` — the (redacted) request they sent to the untrusted external model.
+    python -m benchmarks.run ...       data -> search -> test -> Tables 2, 4, 5 (any method, any LMs)
+    python -m benchmarks.perf          speed against dspy.GEPA on a scripted task
+    python -m benchmarks.faults        hostile code, LM faults, kill -9 and resume, bad inputs
+    python -m benchmarks.replay RUN    re-apply index / mutual-best / Hungarian merges to a run's merge events
 
-Everything else on an example (`id`, `family`, `subtask`, gold answers, ...) is hidden label data
-for metrics and the minibatch sampler.
-
-Modules: `data` (loaders, splits), `metrics` (feedback metrics, `MixtureMetric`, AIME pass@1),
-`sampler` (family-balanced minibatches), `retrieval` (search tool), `programs` (seed P0).
-`benchmarks.ifeval` holds the IFEval/LiveBench-IF instruction checkers.
+Modules: `data` (loaders of the paper's data and splits), `baselines` (GEPA-FPA, per-family FPA, MoP),
+`run` (the runner), `tables` (the paper's tables). The reusable pieces — the families' metrics with
+feedback, the IFEval/LiveBench checkers, retrieval, the family-balanced sampler and the seed program —
+live in `dspy_adaptive.tasks`; the scripted LMs in `dspy_adaptive.testing`.
 """
-
-INPUT_FIELD = "request"
-OUTPUT_FIELD = "response"
-EXTERNAL_REQUEST_FIELD = "external_request"
-FAMILIES = ("hotpotqa", "aime", "pupa", "livebench_if")
-
-__all__ = ["EXTERNAL_REQUEST_FIELD", "FAMILIES", "INPUT_FIELD", "OUTPUT_FIELD"]

@@ -1,6 +1,6 @@
 """Baselines for the benchmark mixture (paper Table 2, Appendix D), on the same data, metric, tools and LMs.
 
-* ``seed``: the generic seed P0 (`benchmarks.programs.SeedProgram`), no optimisation.
+* ``seed``: the generic seed P0 (`dspy_adaptive.tasks.programs.SeedProgram`), no optimisation.
 * ``gepa-fpa-all``: `dspy.GEPA` over ONE full program, a `SandboxedFlex` (a `dspy.Flex` subclass).
   dspy.GEPA recognises Flex modules by ``isinstance`` (`gepa_flex_utils.enumerate_flex_submodules`),
   seeds the candidate with ``module_src``, proposes whole new sources with its built-in code proposer
@@ -54,10 +54,12 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 import numpy as np
 
-from benchmarks import INPUT_FIELD, OUTPUT_FIELD
-from benchmarks.programs import GenericTask, SeedProgram
 from dspy_adaptive.routed_program import PredictorBridge, RouteRecord, bridged_predictor, normalise_tools
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.sandbox.allowlist import prompt_text
+from dspy_adaptive.scoring import score_example
+from dspy_adaptive.tasks import INPUT_FIELD, OUTPUT_FIELD
+from dspy_adaptive.tasks.programs import GenericTask, SeedProgram
 
 # -----------------------------------------------------------------------------------------------
 # GEPA-FPA: a dspy.Flex that runs its module_src in our sandbox
@@ -67,8 +69,7 @@ SANDBOX_NOTE = (
     "This module runs in a restricted Python sandbox. Its dspy provides only dspy.Module, dspy.Predict, "
     "dspy.ChainOfThought, dspy.Signature, dspy.InputField, dspy.OutputField and dspy.Prediction "
     "(dspy.RLM / dspy.ReActV2 are NOT available: call the tools above directly as plain functions). "
-    "Allowed imports: math, re, json, itertools, collections, statistics, fractions, decimal, string, "
-    "functools, heapq; no files, processes, network, eval/exec or names starting with an underscore. "
+    f"{prompt_text()} No files, processes, network, eval/exec or names starting with an underscore. "
     "Predictors take keyword arguments; a predictor may be built as dspy.Predict(\"a, b -> c\", "
     "instructions=\"...\"). forward must return dspy.Prediction(response=...); a program that sends a "
     "request to ask_external_llm must also return that exact text as external_request."
@@ -117,8 +118,9 @@ class SandboxedFlex(dspy.Flex):
     otherwise). `source`: initial module source (default: P0's behaviour, one `dspy.Predict`).
     """
 
-    def __init__(self, signature: Any = GenericTask, *, tools: Mapping[str, Callable] | Sequence[Callable] | None = None,
-                 lm: Any = None, pool: SandboxPool | None = None, source: str | None = None):
+    def __init__(self, signature: Any = GenericTask, *,
+                 tools: Mapping[str, Callable] | Sequence[Callable] | None = None, lm: Any = None,
+                 pool: SandboxPool | None = None, source: str | None = None):
         tools = normalise_tools(tools)
         super().__init__(signature, tools=[_named_tool(n, f) for n, f in tools.items()],
                          interpreter_factory=_no_interpreter, max_predictor_calls=None)
@@ -169,7 +171,8 @@ class SandboxedFlex(dspy.Flex):
         if not compiled.ok:
             raise SpecialistError("the module source was rejected: " + "; ".join(compiled.reasons), kind="policy")
         lm = self.lm or self._runtime.lm or dspy.settings.lm
-        fields = self._runtime.pool.run(compiled.program, dict(kwargs), PredictorBridge(self._runtime.predictor, self._runtime.tools, lm, role_name="program"))
+        bridge = PredictorBridge(self._runtime.predictor, self._runtime.tools, lm, role_name="program")
+        fields = self._runtime.pool.run(compiled.program, dict(kwargs), bridge)
         return dspy.Prediction(**fields)
 
     def __deepcopy__(self, memo: dict) -> "SandboxedFlex":
@@ -402,22 +405,17 @@ class MoPRun:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _score(result: Any) -> tuple[float, str]:
-    if hasattr(result, "score"):
-        return float(result.score), str(getattr(result, "feedback", "") or "")
-    return float(result), ""
+def _responding(predictor: dspy.Module) -> Callable[..., dspy.Prediction]:
+    """An expert program: the predictor's `response` only."""
+    return lambda **kw: dspy.Prediction(response=predictor(**kw).response)
 
 
 def _evaluate(program: Callable, rows: Sequence[dspy.Example], metric: Callable, num_threads: int,
               desc: str) -> list[tuple[float, str, str]]:
-    """(score, feedback, output) per row; a raising run scores 0."""
+    """(score, feedback, output) per row, scored by `score_example`: a failed run or metric scores 0."""
     def one(ex):
-        try:
-            pred = program(**ex.inputs())
-        except Exception as e:  # noqa: BLE001 - failed rollout
-            return 0.0, f"the program failed: {type(e).__name__}: {e}", ""
-        s, fb = _score(metric(ex, pred))
-        return s, fb, str(pred.get(OUTPUT_FIELD, "") if hasattr(pred, "get") else pred)
+        r = score_example(program, ex, metric)
+        return r.score, r.feedback, (r.output or {}).get(OUTPUT_FIELD, "")
 
     if not rows:
         return []
@@ -444,15 +442,14 @@ def run_mop(*, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example],
     rng = random.Random(seed)
     with dspy.context(lm=lm):
         for c in tqdm(range(K), desc="MoP clusters", disable=not progress):
-            tr = [ex for ex, l in zip(trainset, train_labels) if l == c]
-            va = [ex for ex, l in zip(valset, val_labels) if l == c]
+            tr = [ex for ex, label in zip(trainset, train_labels) if label == c]
+            va = [ex for ex, label in zip(valset, val_labels) if label == c]
             induce = rng.sample(tr, min(induce_rows, len(tr)))
             seed_prog = dspy.Predict(GenericTask)
-            obs = _evaluate(lambda **kw: dspy.Prediction(response=seed_prog(**kw).response), induce, metric,
-                            num_threads, "induce")
+            obs = _evaluate(_responding(seed_prog), induce, metric, num_threads, "induce")
             calls += len(induce)
-            text = "\n\n".join(f"Request: {ex[INPUT_FIELD][:1500]}\nOutput: {o[:800]}\nScore: {s:.2f}\nFeedback: {fb[:800]}"
-                               for ex, (s, fb, o) in zip(induce, obs)) or "(no examples)"
+            text = "\n\n".join(f"Request: {ex[INPUT_FIELD][:1500]}\nOutput: {o[:800]}\nScore: {s:.2f}\n"
+                               f"Feedback: {fb[:800]}" for ex, (s, fb, o) in zip(induce, obs)) or "(no examples)"
             cands = [seed_instruction]
             for j in range(num_candidates):
                 try:
@@ -467,7 +464,7 @@ def run_mop(*, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example],
             means = []
             for ins in cands:
                 pred = dspy.Predict(GenericTask.with_instructions(ins))
-                res = _evaluate(lambda **kw: dspy.Prediction(response=pred(**kw).response), va, metric,
+                res = _evaluate(_responding(pred), va, metric,
                                 num_threads, "select")
                 calls += len(va)
                 means.append(sum(r[0] for r in res) / len(res) if res else 0.0)

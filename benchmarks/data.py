@@ -70,7 +70,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import dspy
 
-from benchmarks import FAMILIES, INPUT_FIELD
+from dspy_adaptive.tasks import FAMILIES, INPUT_FIELD
+from dspy_adaptive.tasks.sampler import balanced_quotas
 
 PAPER_SIZES: dict[str, tuple[int, int, int]] = {
     "hotpotqa": (45, 45, 300),
@@ -98,6 +99,7 @@ HF_SOURCES: dict[str, dict[str, Any]] = {
 LOCAL_FILES = {"hotpotqa": "hotpotqa.jsonl", "aime": "aime.jsonl", "pupa": "pupa.jsonl",
                "livebench_if": "livebench_if.jsonl"}
 HOTPOTQA_LOCAL_TRAIN = "hotpotqa_train.jsonl"
+HOTPOTQA_CORPUS = "hotpotqa_paragraphs.jsonl"   # {"title", "sentences"} rows: the BM25 retrieval corpus
 
 
 class DataError(FileNotFoundError):
@@ -185,26 +187,6 @@ def scale_sizes(requested: Sequence[int], available: int) -> tuple[int, ...]:
     for i in order[: available - sum(out)]:
         out[i] += 1
     return tuple(out)
-
-
-def balanced_quotas(n: int, capacity: Mapping[str, int], rng: random.Random) -> dict[str, int]:
-    """Split `n` evenly over groups (remainder to groups in a seeded order), respecting capacities.
-
-    A group that cannot fill its share passes the shortfall to groups with room, so the total is
-    min(n, sum(capacity)).
-    """
-    groups = sorted(capacity)
-    quota = {g: 0 for g in groups}
-    left = min(n, sum(capacity.values()))
-    while left > 0:
-        open_groups = [g for g in groups if quota[g] < capacity[g]]
-        share, rem = divmod(left, len(open_groups))
-        extra = rng.sample(open_groups, rem)
-        for g in open_groups:
-            add = min(share + (g in extra), capacity[g] - quota[g])
-            quota[g] += add
-            left -= add
-    return quota
 
 
 def _dedupe(records: Iterable[dict[str, Any]], key: str = "id") -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ families of checks of tests/hardening/ and prints one table:
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -40,8 +41,7 @@ def red_team_table(tmp: Path) -> int:
         print(f"{r.family:<{w}} | {r.tried:>5} | {c['rejected']:>8} | {c['contained']:>9} | {c['escaped']:>7} | "
               f"{c['host-broken']:>11}")
     bad = sum(r.counts["escaped"] + r.counts["host-broken"] for r in rows)
-    print(f"
-red team: {sum(r.tried for r in rows)} attacks, {bad} escaped or host-broken "
+    print(f"\nred team: {sum(r.tried for r in rows)} attacks, {bad} escaped or host-broken "
           f"({time.perf_counter() - t0:.1f}s)")
     for r in rows:
         for n in r.notes:
@@ -51,6 +51,7 @@ red team: {sum(r.tried for r in rows)} attacks, {bad} escaped or host-broken "
 
 
 def main() -> int:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")   # offline: litellm's bundled cost map
     logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
     rows, notes = [], []
     t_all = time.perf_counter()

@@ -36,11 +36,9 @@ import threading
 import time
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import dspy
 
-import dspy  # noqa: E402
-
-from dspy_adaptive.testing import scripted_lm  # noqa: E402
+from dspy_adaptive.testing import scripted_lm
 
 SEED_QUALITY = 40
 
@@ -289,10 +287,13 @@ def table(rows: list[dict[str, Any]]) -> str:
     groups: dict[tuple, list] = {}
     for r in rows:
         groups.setdefault((r["latency"], r["method"], r["k"]), []).append(r)
+    def mean_of(rs: list, key: str) -> float:
+        vals = [r[key] for r in rs if r[key] is not None]
+        return statistics.mean(vals) if vals else float("nan")
+
     for (lat, method, k), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "gepa", kv[0][2])):
-        def m(key):
-            vals = [r[key] for r in rs if r[key] is not None]
-            return statistics.mean(vals) if vals else float("nan")
+        def m(key, rs=rs):
+            return mean_of(rs, key)
         lines.append(f"| {'dspy.GEPA' if method == 'gepa' else 'Adaptive-GEPA'} | {k} | {1000 * lat:.0f} | {len(rs)} | "
                      f"{m('calls'):.0f} | {m('wall_s'):.2f} | {m('cpu_s'):.2f} | {m('cpu_ms_per_call'):.2f} | "
                      f"{m('wall_ms_per_call'):.1f} | {m('ideal_s'):.2f} | {m('efficiency'):.2f} | "
@@ -310,8 +311,10 @@ def ratios(rows: list[dict[str, Any]]) -> str:
             ours = [r for r in rows if r["latency"] == lat and r["method"] == "adaptive" and r["k"] == k]
             if not ours:
                 continue
-            cpu = statistics.mean(r["cpu_ms_per_call"] for r in ours) / statistics.mean(r["cpu_ms_per_call"] for r in base)
-            wall = statistics.mean(r["wall_ms_per_call"] for r in ours) / statistics.mean(r["wall_ms_per_call"] for r in base)
+            cpu = (statistics.mean(r["cpu_ms_per_call"] for r in ours)
+                   / statistics.mean(r["cpu_ms_per_call"] for r in base))
+            wall = (statistics.mean(r["wall_ms_per_call"] for r in ours)
+                    / statistics.mean(r["wall_ms_per_call"] for r in base))
             val = statistics.mean(r["best_val"] for r in ours) - statistics.mean(r["best_val"] for r in base)
             out.append(f"- latency {1000 * lat:.0f} ms, k={k}: CPU/call ours/dspy.GEPA = {cpu:.2f}, "
                        f"wall/call ours/dspy.GEPA = {wall:.2f}, best val ours - dspy.GEPA = {val:+.3f}")
@@ -330,6 +333,7 @@ def ratios(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")   # offline; inherited by the runs it spawns
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.05], help="per-LM-call latency (s)")
     p.add_argument("--threads", type=int, default=16)

@@ -62,7 +62,7 @@ def _row_ids(run: Mapping[str, Any]) -> list[str]:
 
 def _view(run: Mapping[str, Any], idx: int, row_ids: Sequence[str]) -> ParentView:
     lib = Library.from_dict(run["candidates"][idx])
-    executed = {k: v for k, v in run["executed"][idx].items()}
+    executed = dict(run["executed"][idx])
     return ParentView(lib, float(run["val_aggregate_scores"][idx]), footprints(lib, executed, row_ids),
                       {k: float(v) for k, v in run["val_subscores"][idx].items()})
 

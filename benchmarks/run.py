@@ -27,19 +27,17 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import dspy
 
-import dspy  # noqa: E402
-
-from benchmarks import FAMILIES, INPUT_FIELD  # noqa: E402
-from benchmarks import tables  # noqa: E402
+from benchmarks import tables
+from dspy_adaptive.tasks import FAMILIES
+from dspy_adaptive.testing import ScriptedWorld
 
 METHODS = ("adaptive", "gepa-fpa-all", "per-family-fpa", "mop", "seed")
 AIME_ATTEMPTS = 5
@@ -100,7 +98,7 @@ def parse_sizes(values: Sequence[str]) -> dict[str, tuple[int, int, int]] | None
         try:
             triple = tuple(int(x) for x in nums.split(","))
         except ValueError:
-            raise SystemExit(f"--sizes {v!r}: expected N,N,N or family=N,N,N")
+            raise SystemExit(f"--sizes {v!r}: expected N,N,N or family=N,N,N") from None
         if len(triple) != 3 or min(triple) < 1:
             raise SystemExit(f"--sizes {v!r}: need three positive integers train,val,test")
         if fam and fam not in FAMILIES:
@@ -120,7 +118,7 @@ def make_lm(spec: str, *, role: str) -> Any:
         except ImportError as e:
             raise SystemExit(f"--{role}-lm {spec!r} needs dspy_adaptive.lm.make_lm (local GGUF models), which could "
                              f"not be imported ({e}). Install the local extra (pip install -e '.[local]') or pass a "
-                             "litellm model string.")
+                             "litellm model string.") from e
         return make_local(spec)
     if role == "reflection":
         return dspy.LM(spec, temperature=1.0, max_tokens=32000)
@@ -144,7 +142,7 @@ class Roles:
         return Roles(u(self.fast), u(self.deep), self.reflection, self.judge, self.external)
 
 
-def make_roles(args: argparse.Namespace, world: "ScriptedWorld | None") -> Roles:
+def make_roles(args: argparse.Namespace, world: ScriptedWorld | None) -> Roles:
     if world is not None:
         from dspy_adaptive.testing import scripted_lm
         actor = scripted_lm(world.actor, model="scripted/actor")
@@ -162,126 +160,6 @@ def make_roles(args: argparse.Namespace, world: "ScriptedWorld | None") -> Roles
     judge = make_lm(args.judge_lm, role="judge") if args.judge_lm else actor
     external = make_lm(args.external_lm, role="external") if args.external_lm else reflection
     return Roles(fast, deep, reflection, judge, external)
-
-
-# =============================================================================================== scripted world
-
-MATH_DESC = "Mathematics: self-contained competition math problems that ask for an exact integer answer."
-QA_DESC = "Factual questions: short public-knowledge questions answered with retrieved evidence."
-MATH_SRC = '''class MathSolver(dspy.Module):
-    def __init__(self):
-        super().__init__()
-        self.solve = dspy.ChainOfThought("request -> response",
-                                         instructions="Solve the problem and end with the final integer answer.")
-
-    def forward(self, request):
-        return dspy.Prediction(response=self.solve(request=request).response)
-'''
-QA_SRC = '''class Researcher(dspy.Module):
-    def __init__(self):
-        super().__init__()
-        self.answer = dspy.Predict("context, request -> response",
-                                   instructions="Answer the question from the context with a short phrase.")
-
-    def forward(self, request):
-        passages = search(query=request, k=3)
-        return dspy.Prediction(response=self.answer(context="\\n".join(passages), request=request).response)
-'''
-FPA_V2_SRC = '''class Dispatch(dspy.Module):
-    def __init__(self):
-        super().__init__()
-        self.solve = dspy.ChainOfThought("request -> response",
-                                         instructions="Solve the problem and end with the final integer answer.")
-        self.respond = dspy.Predict("request -> response", instructions="Respond to the request.")
-
-    def forward(self, request):
-        # fpa-v2: dispatch in code
-        if "$" in request:
-            return dspy.Prediction(response=self.solve(request=request).response)
-        return dspy.Prediction(response=self.respond(request=request).response)
-'''
-FPA_REJECTED_SRC = "import os\n\n" + FPA_V2_SRC.replace("# fpa-v2", "# fpa-v3")  # the sandbox policy rejects it
-
-
-def looks_math(text: str) -> bool:
-    low = text.lower()
-    return "$" in text or (bool(re.search(r"\d", text)) and bool(re.search(r"\b(find|probability|remainder)\b", low)))
-
-
-def looks_question(text: str) -> bool:
-    return len(text) < 300 and text.strip().endswith("?") and not looks_math(text)
-
-
-class ScriptedWorld:
-    """Deterministic responders for every role; they read only the prompt (gold answers for AIME and
-    HotpotQA are looked up by request text so specialists that 'do the right thing' score)."""
-
-    def __init__(self, examples: Sequence[dspy.Example]):
-        self.answers = {}
-        for ex in examples:
-            if ex.family == "aime":
-                self.answers[ex.request.strip()] = ("aime", str(ex.answer))
-            elif ex.family == "hotpotqa":
-                self.answers[ex.request.strip()] = ("hotpotqa", str(ex.answer))
-
-    def actor(self, call):
-        fields = call.output_fields
-        if "slot" in fields:                                                   # router
-            specialists, request = call.field("specialists") or "", call.field(INPUT_FIELD) or ""
-            for cue, test in (("Mathematics", looks_math), ("Factual questions", looks_question)):
-                m = re.search(rf"^(\d+): {cue}", specialists, re.M)
-                if m and test(request):
-                    return {"slot": m.group(1)}
-            return {"slot": "0"}
-        request = (call.field(INPUT_FIELD) or "").strip()
-        kind, answer = self.answers.get(request, (None, None))
-        if "final integer" in call.instructions.lower() and kind == "aime":
-            return {"reasoning": "Scripted reasoning.", "response": f"The answer is {answer}."}
-        if call.field("context") is not None and kind == "hotpotqa":
-            return {"response": answer}
-        words = request.split()
-        return {"response": "Response: " + " ".join(words[:12])}
-
-    def judge(self, call):
-        if "judgment" in call.output_fields:
-            return {"reasoning": "Scripted judge.", "judgment": "True"}
-        return {"reasoning": "Scripted judge.", "num_pii_leaked": "0"}
-
-    def external(self, call):
-        return "External reply."
-
-    def reflection(self, call):
-        fields = call.output_fields
-        specialists = call.field("specialists") or ""
-        active = "\n".join(line for line in specialists.splitlines() if "(active" in line)
-        free = re.findall(r"^(\d+) \(free\)", specialists, re.M)
-        if "action" in fields:                                                 # Adaptive-GEPA: select
-            if free and ("Mathematics" not in active or "Factual" not in active):
-                return {"action": "activate", "slot": free[0]}
-            return {"action": "rewrite_router", "slot": "0"}
-        if "profile" in fields:                                                # activate
-            if "Mathematics" not in active:
-                return {"description": MATH_DESC, "program": MATH_SRC, "profile": "deep"}
-            return {"description": QA_DESC, "program": QA_SRC, "profile": "fast"}
-        if "new_program" in fields:
-            return {"new_program": MATH_SRC if "Mathematics" in (call.field("description") or "") else QA_SRC}
-        if "new_description" in fields:
-            target = call.field("target_slot") or ""
-            m = re.search(rf"^{re.escape(target)}\b.*?(Mathematics|Factual)", specialists, re.M)
-            return {"new_description": MATH_DESC if (m and m.group(1) == "Mathematics") else QA_DESC}
-        if "new_router" in fields:
-            from dspy_adaptive.library import DEFAULT_ROUTER
-            return {"new_router": DEFAULT_ROUTER}
-        if "revised_source" in fields:                                         # dspy.GEPA code proposer
-            current = call.field("current_source") or ""
-            return {"revised_source": FPA_REJECTED_SRC if "# fpa-v2" in current else FPA_V2_SRC}
-        if "instruction" in fields:                                            # MoP instruction induction
-            examples = call.field("examples") or ""
-            n = call.field("candidate_number") or "1"
-            if "$" in examples:
-                return {"instruction": f"Solve the problem and end with the final integer answer. (variant {n})"}
-            return {"instruction": f"Respond helpfully and concisely. (variant {n})"}
-        return "unsupported"
 
 
 class ProfileProgram(dspy.Module):
@@ -311,7 +189,7 @@ class Context:
 
 def build_program(method: str, spec: Mapping[str, Any], ctx: Context, roles: Roles) -> dspy.Module:
     from benchmarks.baselines import LabelRoutedProgram, SandboxedFlex, mop_from_spec
-    from benchmarks.programs import SeedProgram
+    from dspy_adaptive.tasks.programs import SeedProgram
     if method == "seed":
         return ProfileProgram(SeedProgram(), roles.deep)
     if method == "adaptive":
@@ -362,15 +240,15 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
         print(f"[search] already finished ({phases.dir / 'search.json'}); skipping")
         return done
     from benchmarks.baselines import run_gepa_fpa, run_mop
-    from benchmarks.sampler import FamilyBalancedSampler
+    from dspy_adaptive.tasks.sampler import FamilyBalancedSampler
     mix, roles, args = ctx.mixture, ctx.roles, ctx.args
     search_dir = ctx.out / "search"
     t0 = time.time()
     if method == "seed":
         payload = {"spec": {}, "budget_used": 0, "extra": {}}
     elif method == "adaptive":
-        from benchmarks.programs import SeedProgram
         from dspy_adaptive import AdaptiveGEPA
+        from dspy_adaptive.tasks.programs import SeedProgram
         opt = AdaptiveGEPA(ctx.metric, reflection_lm=roles.reflection, max_metric_calls=args.budget,
                            reflection_minibatch_size=ctx.minibatch, num_threads=args.num_threads,
                            log_dir=str(search_dir), track_stats=True, seed=args.seed,
@@ -421,19 +299,15 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
     return phases.save("search", payload)
 
 
-def _executed(obj: Any) -> int | None:
-    from dspy_adaptive import route_of
-    r = route_of(obj)
-    return None if r is None else r.executed
-
-
 def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phases) -> list[dict]:
     done = phases.load("test")
     if done is not None:
         print("[test] already finished; skipping")
         return done["rows"]
     from dspy.utils.parallelizer import ParallelExecutor
+
     from benchmarks.baselines import LabelRoutedProgram
+    from dspy_adaptive.scoring import score_example
     cached = build_program(method, spec, ctx, ctx.roles)
     uncached = build_program(method, spec, ctx, ctx.roles.uncached())   # AIME attempts: cache off
     attempts = max(1, ctx.args.aime_attempts)
@@ -444,17 +318,9 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
         program = uncached if ex.family == "aime" else cached
         if isinstance(program, LabelRoutedProgram):
             program = program.for_example(ex)     # oracle routing by the true label (reference only)
-        error = None
-        try:
-            pred = program(**ex.inputs())
-        except Exception as e:  # noqa: BLE001 - failed rollout scores 0
-            pred, error = e, f"{type(e).__name__}: {str(e)[:300]}"
-        route = _executed(pred)
-        try:
-            score = 0.0 if error else float(tables.score_of(ctx.metric(ex, pred)))
-        except Exception as e:  # noqa: BLE001
-            score, error = 0.0, f"metric failed: {type(e).__name__}: {str(e)[:300]}"
-        return {"id": str(ex.id), "family": ex.family, "attempt": attempt, "score": score, "route": route,
+        r = score_example(program, ex, ctx.metric, row_id=str(ex.id))   # a failed rollout or metric scores 0
+        error = r.error or (f"metric failed: {r.metric_note}" if r.metric_note else None)
+        return {"id": str(ex.id), "family": ex.family, "attempt": attempt, "score": r.score, "route": r.executed,
                 "error": error}
 
     with dspy.context(lm=ctx.roles.deep):
@@ -497,19 +363,20 @@ def load_data(args: argparse.Namespace, sizes: Any):
 
 
 def make_tools(args: argparse.Namespace, roles: Roles) -> dict[str, Callable]:
-    from benchmarks.programs import make_external_llm_tool
-    from benchmarks.retrieval import make_search_tool
+    from benchmarks.data import HOTPOTQA_CORPUS, default_data_dir
+    from dspy_adaptive.tasks.programs import make_external_llm_tool
+    from dspy_adaptive.tasks.retrieval import make_search_tool
     corpus = args.corpus
-    if corpus is None and args.data != "hf":
-        corpus = str(Path(args.data) / "hotpotqa_paragraphs.jsonl")
+    if corpus is None:
+        corpus = str((default_data_dir() if args.data == "hf" else Path(args.data)) / HOTPOTQA_CORPUS)
     search = make_search_tool(args.retrieval, url=args.colbert_url, corpus_path=corpus)
     return {"search": search, "ask_external_llm": make_external_llm_tool(roles.external)}
 
 
 def run(args: argparse.Namespace) -> dict:
-    from benchmarks.metrics import MixtureMetric
     from dspy_adaptive.analysis import write_labels
     from dspy_adaptive.sandbox import SandboxPool
+    from dspy_adaptive.tasks.metrics import MixtureMetric
     if not args.method or not args.out:
         raise SystemExit("--method and --out are required (or use --compare RUN_DIR ...)")
     if args.budget <= 0:
@@ -573,9 +440,10 @@ def run(args: argparse.Namespace) -> dict:
 
 def _ifeval_checker():
     try:
-        from benchmarks.ifeval import evaluate_instructions
+        from dspy_adaptive.tasks.ifeval import evaluate_instructions
     except ImportError as e:
-        raise SystemExit("LiveBench-IF scoring needs benchmarks.ifeval.evaluate_instructions, which could not be "
+        raise SystemExit("LiveBench-IF scoring needs dspy_adaptive.tasks.ifeval.evaluate_instructions, which could not "
+                         "be "
                          f"imported ({e}); use --scripted for an offline smoke run") from e
     return evaluate_instructions
 
@@ -596,6 +464,7 @@ def compare(dirs: Sequence[str], out: str | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")   # offline: litellm's bundled cost map
     args = build_parser().parse_args(argv)
     if args.compare:
         compare(args.compare, args.out)

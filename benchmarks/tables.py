@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any, Mapping, Sequence
 
-from benchmarks import FAMILIES
 from dspy_adaptive.analysis import majority_mapping_agreement, markdown_table
+from dspy_adaptive.records import slot_label
+from dspy_adaptive.tasks import FAMILIES
 
 FAMILY_TITLES = {"hotpotqa": "HotpotQA", "aime": "AIME", "pupa": "PUPA", "livebench_if": "LB-IF"}
 METHOD_TITLES = {"seed": "Generic seed", "mop": "MoP", "gepa-fpa-all": "GEPA-FPA-ALL", "adaptive": "Adaptive-GEPA",
@@ -26,10 +27,6 @@ METHOD_TITLES = {"seed": "Generic seed", "mop": "MoP", "gepa-fpa-all": "GEPA-FPA
 ACTION_TITLES = {"activate": "Activate specialist", "rewrite_program": "Rewrite program",
                  "rewrite_router": "Rewrite router", "rewrite_description": "Rewrite description",
                  "deactivate": "Deactivate", "malformed": "Malformed proposal", "merge": "Merge"}
-
-
-def score_of(result: Any) -> float:
-    return float(result.score if hasattr(result, "score") else result)
 
 
 def _fmt(x: float | None) -> str:
@@ -125,8 +122,8 @@ def routing_counts(results: Mapping[str, Any]) -> str:
     """family x executed slot counts on the test set (slot 0 = fallback for Adaptive-GEPA; clusters for MoP)."""
     table = _routing_table(results.get("routing") or {})
     slots = sorted({s for c in table.values() for s in c}, key=lambda s: (s is None, s or 0))
-    label = (lambda s: "fallback" if s == 0 else "unknown" if s is None else f"slot {s}") \
-        if results.get("method") == "adaptive" else (lambda s: "unknown" if s is None else f"cluster {s}")
+    label = slot_label if results.get("method") == "adaptive" else \
+        (lambda s: "unknown" if s is None else f"cluster {s}")
     fams = [f for f in FAMILIES if f in table] + sorted(set(table) - set(FAMILIES))
     rows = [[FAMILY_TITLES.get(f, f)] + [table[f].get(s, 0) for s in slots] for f in fams]
     return markdown_table(["Family"] + [label(s) for s in slots], rows)
@@ -164,4 +161,4 @@ def render_compare(results_list: Sequence[Mapping[str, Any]]) -> str:
 
 
 __all__ = ["agreement", "family_scores", "render_compare", "render_run", "routing_counts", "routing_from_rows",
-           "score_of", "summarize", "table2", "table4", "table5"]
+           "summarize", "table2", "table4", "table5"]

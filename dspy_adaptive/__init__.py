@@ -6,9 +6,9 @@ program as the frozen fallback.
 """
 
 from dspy_adaptive.library import INACTIVE, Library, Slot
+from dspy_adaptive.results import AdaptiveGEPAResult, load_run
 from dspy_adaptive.routed_program import RoutedProgram, RouteRecord, SpecialistRuntimeError, route_of
 from dspy_adaptive.teleprompter import AdaptiveGEPA, SandboxSettings
-from dspy_adaptive.results import AdaptiveGEPAResult, load_run
 
 __all__ = ["AdaptiveGEPA", "AdaptiveGEPAResult", "INACTIVE", "Library", "RouteRecord", "RoutedProgram",
            "SandboxSettings", "Slot", "SpecialistRuntimeError", "load_run", "route_of"]

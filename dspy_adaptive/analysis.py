@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dspy_adaptive.library import Library
+from dspy_adaptive.records import ancestors, slot_label
 from dspy_adaptive.results import AdaptiveGEPAResult
 
 LABELS_FILE = "labels.json"
@@ -143,16 +144,9 @@ def lineage_edges(result: AdaptiveGEPAResult) -> list[tuple[int, int, str]]:
     return edges
 
 
-def ancestry(result: AdaptiveGEPAResult, idx: int) -> set[int]:
+def ancestry(result: AdaptiveGEPAResult, idx: int) -> frozenset[int]:
     """All ancestors of candidate `idx` (not including `idx` itself)."""
-    seen: set[int] = set()
-    stack = list(result.parents[idx])
-    while stack:
-        p = int(stack.pop())
-        if p not in seen:
-            seen.add(p)
-            stack.extend(result.parents[p])
-    return seen
+    return ancestors(result.parents, idx)
 
 
 def generations(result: AdaptiveGEPAResult) -> list[int]:
@@ -171,10 +165,6 @@ def generations(result: AdaptiveGEPAResult) -> list[int]:
 
 
 # -- tables for people ------------------------------------------------------------------------------------
-
-def slot_label(slot: int | None) -> str:
-    return "fallback" if slot == 0 else "unknown" if slot is None else f"slot {slot}"
-
 
 def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
     def cell(v: Any) -> str:

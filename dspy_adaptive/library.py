@@ -12,8 +12,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterator
 
+from dspy_adaptive.records import FALLBACK  # noqa: F401 - re-exported: slot id 0 names the fallback
+
 INACTIVE = "INACTIVE"
-FALLBACK = 0
 PROFILES = ("fast", "deep")
 
 DEFAULT_ROUTER = (

@@ -18,6 +18,7 @@ from matplotlib.patches import FancyArrowPatch, Patch  # noqa: E402
 
 from dspy_adaptive import analysis  # noqa: E402
 from dspy_adaptive import results as _results  # noqa: E402
+from dspy_adaptive.records import slot_label  # noqa: E402
 from dspy_adaptive.results import AdaptiveGEPAResult  # noqa: E402
 
 DPI = 110
@@ -68,7 +69,7 @@ def plot_routing_heatmap(result: AdaptiveGEPAResult, row_labels: Mapping[str, st
                     color="white" if v > 0.6 * top else "black")
     col_names = []
     for s in slots:
-        name = analysis.slot_label(s)
+        name = slot_label(s)
         if s not in (0, None) and not lib.slot(s).active:
             name += "\n(inactive)"
         col_names.append(name)
@@ -178,7 +179,8 @@ def plot_family_scores(result: AdaptiveGEPAResult, row_labels: Mapping[str, str]
         ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
     top = max([*seed.values(), *other.values(), 1e-9])
     ax.set_ylim(0, max(1.0, top) * 1.15)
-    ax.set_xticks(list(xs), families, rotation=20 if len(families) > 4 else 0, ha="right" if len(families) > 4 else "center")
+    crowded = len(families) > 4
+    ax.set_xticks(list(xs), families, rotation=20 if crowded else 0, ha="right" if crowded else "center")
     ax.set_ylabel("validation mean")
     ax.set_title("Per-family validation score")
     ax.legend(loc="upper left", fontsize=8)

@@ -11,10 +11,11 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping, Sequence
 
 from dspy_adaptive.library import Library
-from dspy_adaptive.reflection.signatures import ACTIONS
+from dspy_adaptive.records import ACTIONS, REFLECTION_ERRORS, ProposalRecord, RowResult, slot_label
+from dspy_adaptive.search.archive import Archive, Candidate
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,21 @@ class AdaptiveGEPAResult:
         return len(self.candidates)
 
     @classmethod
-    def from_engine(cls, engine: Any, log_dir: str | None = None) -> "AdaptiveGEPAResult":
-        arch = engine.archive
-        proposals = [p.to_dict() for p in engine.proposals]
-        report = engine.budget.report()
+    def from_state(cls, state: Mapping[str, Any], *, row_results: Iterable[RowResult] = (),
+                   schedule: Sequence[dict[str, Any]] = (), log_dir: str | None = None) -> "AdaptiveGEPAResult":
+        """The result of a search from its saved state (`SearchEngine.state_dict()`, as in `state.json`).
+
+        Args:
+            state: the search state.
+            row_results: every scored call the run made (for the fault summary).
+            schedule: the run's recorded sequential steps (perf analysis).
+            log_dir: where the run's record lives, if anywhere.
+        """
+        arch = Archive(tuple(state["val_ids"]), [Candidate.from_dict(c) for c in state["archive"]])
+        records = [ProposalRecord.from_dict(p) for p in state["proposals"]]
+        proposals = [p.to_dict() for p in records]
+        by_kind = dict(state["budget"])
+        spent = sum(by_kind.values())
         return cls(
             candidates=[c.library for c in arch.candidates],
             parents=[list(c.parents) for c in arch.candidates],
@@ -69,16 +81,16 @@ class AdaptiveGEPAResult:
             selected=[dict(c.selected) for c in arch.candidates],
             proposals=proposals,
             action_counts=action_counts(proposals),
-            budget={"max": report.max_calls, "spent": report.spent, "by_kind": report.by_kind,
-                    "overshoot": report.overshoot, "lost_to_interruptions": engine.lost_calls},
-            usage=engine.meter.snapshot(),
+            budget={"max": state["max_calls"], "spent": spent, "by_kind": by_kind,
+                    "overshoot": max(0, spent - state["max_calls"]), "lost_to_interruptions": state["lost_calls"]},
+            usage=dict(state["usage"]),
             best_idx=arch.best_index(),
-            seed=engine.s.seed,
+            seed=state["seed"],
             log_dir=log_dir,
             merge_events=[p["details"] for p in proposals if p["kind"] == "merge"],
-            stop_reason=engine.stop_reason,
-            schedule=engine.schedule.to_list(),
-            faults=fault_summary(engine),
+            stop_reason=state.get("stop_reason", ""),
+            schedule=list(schedule),
+            faults=fault_summary(records, row_results, state["lost_calls"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,17 +105,18 @@ class AdaptiveGEPAResult:
         return cls(**d)
 
 
-def fault_summary(engine: Any) -> dict[str, Any]:
+def fault_summary(proposals: Iterable[ProposalRecord], row_results: Iterable[RowResult],
+                  lost_calls: int = 0) -> dict[str, Any]:
     """What went wrong and was absorbed: failed rollouts (scored failure_score, metric not called) by error
-    type, metric faults, reflections that failed, and calls lost to interruptions."""
-    results = list(engine.evaluator.cache.values())
-    by_type = Counter((r.error or "").split(":", 1)[0].strip() or "error" for r in results if r.error)
-    failed_reflections = [p for p in engine.proposals if p.kind == "reflect" and not p.accepted and p.reason
-                          and " failed: " in p.reason]
-    return {"failed_rollouts": sum(by_type.values()), "failed_rollouts_by_type": dict(by_type),
+    kind, metric faults, router answers that were not a slot number, reflections whose LM call failed, and
+    calls lost to interruptions. Counted from typed fields only."""
+    results = list(row_results)
+    by_kind = Counter(r.error_kind or "error" for r in results if r.error)
+    return {"failed_rollouts": sum(by_kind.values()), "failed_rollouts_by_type": dict(by_kind),
             "metric_faults": sum(1 for r in results if r.metric_note),
-            "router_fallbacks": sum(1 for r in results if (r.fallback_reason or "").startswith("router answer")),
-            "failed_reflections": len(failed_reflections), "lost_to_interruptions": engine.lost_calls}
+            "router_fallbacks": sum(1 for r in results if r.router_unparsed),
+            "failed_reflections": sum(1 for p in proposals if p.failure in REFLECTION_ERRORS),
+            "lost_to_interruptions": lost_calls}
 
 
 def action_counts(proposals: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -114,7 +127,7 @@ def action_counts(proposals: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
         name = "merge" if p["kind"] == "merge" else (p["action"] or "malformed")
         proposed[name] += 1
         accepted[name] += int(p["accepted"])
-    names = [a for a in ACTIONS] + sorted(set(proposed) - set(ACTIONS))
+    names = list(ACTIONS) + sorted(set(proposed) - set(ACTIONS))
     return {a: {"proposed": proposed[a], "accepted": accepted[a]} for a in names if proposed[a] or a in ACTIONS}
 
 
@@ -178,7 +191,8 @@ def render_markdown(r: AdaptiveGEPAResult) -> str:
     if f:
         lines += ["", f"Absorbed faults: {f.get('failed_rollouts', 0)} failed rollouts "
                       f"({', '.join(f'{k} {v}' for k, v in f.get('failed_rollouts_by_type', {}).items()) or 'none'}), "
-                      f"{f.get('metric_faults', 0)} metric faults, {f.get('failed_reflections', 0)} failed reflections, "
+                      f"{f.get('metric_faults', 0)} metric faults, "
+                      f"{f.get('failed_reflections', 0)} failed reflections, "
                       f"{f.get('lost_to_interruptions', 0)} scored calls lost to interruptions."]
     lines += ["", "## LM usage by role", "", "| role | calls | prompt tokens | completion tokens | cost |",
               "|---|---:|---:|---:|---:|"]
@@ -186,7 +200,7 @@ def render_markdown(r: AdaptiveGEPAResult) -> str:
               f"{v['cost']:.4f} |" for k, v in r.usage.items()]
     routes = Counter(v for v in r.executed[r.best_idx].values())
     lines += ["", f"## Routing of the best candidate on validation ({len(r.executed[r.best_idx])} rows)", ""]
-    lines += [f"- {'fallback' if k == 0 else 'unknown' if k is None else f'slot {k}'}: {n}"
+    lines += [f"- {slot_label(k)}: {n}"
               for k, n in sorted(routes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]
     lines += ["", "## Best library", "", "Router:", "", "```text", best.router, "```", ""]
     for k, slot in best.items():

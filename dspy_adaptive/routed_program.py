@@ -122,7 +122,20 @@ def normalise_tools(tools: Mapping[str, Callable] | Sequence[Callable] | None) -
 
 
 class RoutedProgram(dspy.Module):
-    """Router -> specialist (sandboxed) or the frozen fallback. See the module docstring."""
+    """Router -> specialist (sandboxed) or the frozen fallback. See the module docstring.
+
+    Args:
+        program: the user's DSPy program; a frozen deep copy serves as the fallback (slot 0).
+        library: the router instruction and specialist slots (default: an empty library, so every request
+            goes to the fallback without a router call).
+        fast_lm: the LM of the "fast" profile; the router always uses it (None: the configured LM).
+        deep_lm: the LM of the "deep" profile; the fallback always uses it (None: the configured LM).
+        tools: functions specialists may call by name (a mapping name -> function, or a list of functions
+            named by their `__name__`).
+        sandbox: a shared `SandboxPool` to run specialists in (default: one is started on first use and
+            closed by `close()`).
+        max_specialists: the number of slots of the default empty library (ignored when `library` is given).
+    """
 
     def __init__(
         self,
@@ -292,7 +305,8 @@ class RoutedProgram(dspy.Module):
         self._routers, self._predictors = {}, PredictorCache()
 
     def export(self, directory: str | Path) -> Path:
-        """Write the library for people to read: router.txt, library.json, slot_k/{description.txt,program.py,profile,active}."""
+        """Write the library for people to read: router.txt, library.json and
+        slot_k/{description.txt, program.py, profile, active}."""
         root = Path(directory)
         root.mkdir(parents=True, exist_ok=True)
         (root / "router.txt").write_text(self.library.router + "\n", encoding="utf-8")
@@ -320,5 +334,6 @@ class RoutedProgram(dspy.Module):
         return f"RoutedProgram(active=[{active}], fallback={type(self.fallback).__name__})"
 
 
-__all__ = ["PredictorBridge", "normalise_tools", "RoutedProgram", "RouteRecord", "SpecialistRuntimeError", "route_of", "parse_slot_answer",
+__all__ = ["PredictorBridge", "normalise_tools", "RoutedProgram", "RouteRecord", "SpecialistRuntimeError", "route_of",
+           "parse_slot_answer",
            "render_specialists", "INACTIVE"]

@@ -13,7 +13,6 @@ import hashlib
 import inspect
 import json
 import math
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -22,6 +21,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from dspy_adaptive.data import InputError, Row, input_keys, make_rows
 from dspy_adaptive.library import Library
+from dspy_adaptive.merge.proposer import MergeProposer
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.results import AdaptiveGEPAResult, write_run_record
 from dspy_adaptive.routed_program import RoutedProgram, normalise_tools
@@ -80,7 +80,51 @@ def _check_metric(metric: Callable) -> None:
 class AdaptiveGEPA(Teleprompter):
     """Evolves an LM router, specialist descriptions and sandboxed specialist programs (Adaptive-GEPA).
 
-    Budget: exactly one of `auto` ("light" | "medium" | "heavy"), `max_full_evals` or `max_metric_calls`.
+    `compile(program, trainset=..., valset=...)` returns a `RoutedProgram`: the router picks one of up to
+    `max_specialists` specialist programs, or the user's `program` as the frozen fallback. Parameters
+    shared with `dspy.GEPA` keep its names and meaning. A scored call is one program run on one example
+    plus its metric; the budget counts every one (minibatches, validations, merge checks).
+
+    Args:
+        metric: dspy.GEPA's feedback metric, `metric(gold, pred, trace, pred_name, pred_trace)` returning a
+            float or `dspy.Prediction(score=..., feedback=...)`. A metric that raises or returns a
+            non-number is recorded and scored `failure_score`.
+        auto: budget preset, "light" | "medium" | "heavy" (set exactly one of auto, max_full_evals,
+            max_metric_calls).
+        max_full_evals: budget as a number of full passes over trainset + valset.
+        max_metric_calls: budget in scored calls. A new iteration starts only while the spent count is
+            below it, so the final count may exceed it by at most one iteration (k with concurrency).
+        reflection_minibatch_size: feedback (trainset) rows per reflective proposal.
+        candidate_selection_strategy: "pareto" (GEPA's per-row frontier, frequency weighted) or
+            "current_best" (the highest validation mean).
+        reflection_lm: the LM that reads traces and proposes edits (required; use a strong model).
+        skip_perfect_score: skip reflection when the parent scores `perfect_score` on the whole minibatch.
+        use_merge: propose merges of two branches that share an ancestor (footprint-aligned).
+        max_merge_invocations: most merges proposed in a run.
+        merge_cadence: accepted reflective proposals between two merges.
+        alignment: how a merge aligns the weaker parent's specialists: "mutual_best" (the paper) or
+            "hungarian" (maximum-weight assignment over footprint overlap).
+        num_threads: threads that run evaluation rows in parallel (None: 1).
+        failure_score: the score of a failed rollout (the program raised) or a misbehaving metric.
+        perfect_score: the score that counts as perfect for `skip_perfect_score`.
+        log_dir: directory for checkpoints (rerun the same call to resume) and the run record (run.json,
+            report.md, learning_curve.png). None: no files.
+        track_stats: attach the run's `AdaptiveGEPAResult` to the returned program as `detailed_results`.
+        seed: seed of the search's random choices (selection, minibatches, merges).
+        max_specialists: K, the number of specialist slots.
+        fast_lm: the LM of the "fast" profile; the router always uses it (None: the configured LM).
+        deep_lm: the LM of the "deep" profile; the fallback always uses it (None: the configured LM).
+        tools: functions specialists may call by name (a mapping name -> function, or a list of functions
+            named by their `__name__`), e.g. a retrieval `search`.
+        batch_sampler: `sampler(examples, size, rng) -> indices` drawing each reflection minibatch from the
+            trainset, e.g. to balance by labels the models never see (default: uniform without replacement).
+        sandbox: limits for specialist programs (`SandboxSettings`).
+        max_concurrent_proposals: k, reflective proposals in flight at once, sharing the evaluation threads;
+            1 is exactly the sequential loop.
+        route_memo: during the search, memoise router decisions per (router, descriptions, request), as
+            DSPy's LM cache would; the returned program does not memoise.
+        max_idle_iterations: stop after this many iterations in a row that spend no scored call.
+        progress: show a progress bar.
     """
 
     def __init__(
@@ -154,7 +198,8 @@ class AdaptiveGEPA(Teleprompter):
         self.reflection_minibatch_size = reflection_minibatch_size
         self.candidate_selection_strategy = candidate_selection_strategy
         self.reflection_lm = reflection_lm
-        self.skip_perfect_score, self.perfect_score, self.failure_score = skip_perfect_score, perfect_score, failure_score
+        self.skip_perfect_score, self.perfect_score = skip_perfect_score, perfect_score
+        self.failure_score = failure_score
         self.use_merge, self.max_merge_invocations, self.merge_cadence = use_merge, max_merge_invocations, merge_cadence
         self.alignment = alignment
         self.num_threads = num_threads
@@ -185,6 +230,17 @@ class AdaptiveGEPA(Teleprompter):
     # -- compile -------------------------------------------------------------------------------------------
     def compile(self, student: dspy.Module, *, trainset: Sequence[dspy.Example],
                 valset: Sequence[dspy.Example] | None = None, **kwargs: Any) -> RoutedProgram:
+        """Search for the best library and return it as a RoutedProgram.
+
+        Args:
+            student: the user's program; it becomes the frozen fallback.
+            trainset: the feedback set reflection reads (examples need `.with_inputs(...)`).
+            valset: the selection (Pareto) set every archived candidate is scored on (default: trainset).
+            **kwargs: `teacher` is not supported (an error if given).
+
+        Returns:
+            The best archived library as a `RoutedProgram` (with `detailed_results` when `track_stats`).
+        """
         if kwargs.get("teacher") is not None:
             raise InputError("AdaptiveGEPA does not use a teacher program")
         if not isinstance(student, dspy.Module):
@@ -200,12 +256,10 @@ class AdaptiveGEPA(Teleprompter):
                              f"({len(val)} rows): raise it so the search can run at least one iteration")
 
         settings = SearchSettings(
-            max_metric_calls=max_calls, minibatch_size=self.reflection_minibatch_size,
-            skip_perfect_score=self.skip_perfect_score, perfect_score=self.perfect_score,
-            failure_score=self.failure_score, seed=self.seed, use_merge=self.use_merge,
+            minibatch_size=self.reflection_minibatch_size, skip_perfect_score=self.skip_perfect_score,
+            perfect_score=self.perfect_score, seed=self.seed, use_merge=self.use_merge,
             max_merge_invocations=self.max_merge_invocations, merge_cadence=self.merge_cadence,
-            alignment=self.alignment, max_concurrent_proposals=self.max_concurrent_proposals,
-            max_idle_iterations=self.max_idle_iterations)
+            max_concurrent_proposals=self.max_concurrent_proposals, max_idle_iterations=self.max_idle_iterations)
         s = self.sandbox_settings
         base = RoutedProgram(student, Library.empty(self.max_specialists), fast_lm=self.fast_lm,
                              deep_lm=self.deep_lm, tools=self.tools)
@@ -244,7 +298,8 @@ class AdaptiveGEPA(Teleprompter):
             if store is not None:
                 store.close()
         best = engine.archive[engine.archive.best_index()]
-        result = AdaptiveGEPAResult.from_engine(engine, log_dir=self.log_dir)
+        result = AdaptiveGEPAResult.from_state(engine.state_dict(), row_results=evaluator.cache.values(),
+                                               schedule=engine.schedule.to_list(), log_dir=self.log_dir)
         routed = base.with_library(best.library)
         routed._sandbox, routed._owns_sandbox = pool, True
         routed._route_memo = None
@@ -254,11 +309,8 @@ class AdaptiveGEPA(Teleprompter):
             write_run_record(result, self.log_dir)
         return routed
 
-    def _make_merger(self):
-        if not self.use_merge:
-            return None
-        from dspy_adaptive.search.merge_step import Merger
-        return Merger(alignment=self.alignment)
+    def _make_merger(self) -> MergeProposer | None:
+        return MergeProposer(alignment=self.alignment) if self.use_merge else None
 
     def _resume(self, engine: SearchEngine, store: CheckpointStore, evaluator: Evaluator, meter: UsageMeter,
                 fingerprint: str) -> None:
@@ -281,7 +333,9 @@ class AdaptiveGEPA(Teleprompter):
             program_state = json.dumps(student.dump_state(), sort_keys=True, default=str)
         except Exception:
             program_state = repr(student)
-        config = {k: v for k, v in settings.__dict__.items() if k not in ("max_metric_calls", "max_idle_iterations")}
+        # what the search does with these rows (the budget's size and the idle limit may change on resume)
+        config = {k: v for k, v in settings.to_dict().items() if k != "max_idle_iterations"}
+        config.update(failure_score=self.failure_score, alignment=self.alignment)
         payload = {
             "program": type(student).__qualname__, "program_state": program_state, "config": config,
             "max_specialists": self.max_specialists, "candidate_selection": self.candidate_selection_strategy,
@@ -294,5 +348,3 @@ class AdaptiveGEPA(Teleprompter):
         return {k: v for k, v in self.__dict__.items() if k not in ("metric", "reflection_lm", "fast_lm",
                                                                      "deep_lm", "tools", "batch_sampler")}
 
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -27,10 +27,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-import dspy  # noqa: E402
-from dspy.lm15 import (  # noqa: E402
+import dspy
+from dspy.lm15 import (
     ConfigurationError,
     ContextLengthError,
     Message,

@@ -1,6 +1,8 @@
 """Merge math for Adaptive-GEPA (paper §3.3, Appendix A.1-A.2, H): pure functions, no I/O, no LM.
 
 footprints -> jaccard_matrix -> align -> merge (or index_merge) -> gate -> cleanup -> classify_child.
+`merge.proposer.MergeProposer` wires them to an archive and returns a `MergeProposal` (the search engine
+validates, archives and records it).
 
 Provenance reasons (SlotProvenance.reason):
   aligned mode: "identical", "changed_in_base_only", "changed_in_other_only", "unchanged_in_both",
@@ -31,7 +33,6 @@ from dspy_adaptive.merge.inherit import (
 from dspy_adaptive.merge.lineage import (
     LineageNode,
     MergePair,
-    ancestors,
     components,
     eligible_pairs,
     find_merge_pair,
@@ -41,7 +42,7 @@ from dspy_adaptive.merge.lineage import (
 __all__ = [
     "ANCESTOR_FRAMES", "CLASSES", "METHODS", "Alignment", "Decision", "JaccardMatrix", "LineageNode",
     "MergePair", "MergeResult", "ParentView", "RouterProvenance", "SlotProvenance", "aggregate_rule",
-    "align", "ancestors", "classify_child", "cleanup", "components", "decide_pair", "eligible_pairs",
+    "align", "classify_child", "cleanup", "components", "decide_pair", "eligible_pairs",
     "find_merge_pair", "footprints", "gate_passes", "has_desirable_component", "index_merge",
     "jaccard", "jaccard_matrix", "merge", "resolve_conflict", "select_gate_rows", "selected_slots",
 ]

@@ -13,9 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-import numpy as np
-from scipy.optimize import linear_sum_assignment
-
 from dspy_adaptive.merge.footprints import JaccardMatrix, jaccard_matrix
 
 METHODS = ("mutual_best", "hungarian")
@@ -72,6 +69,9 @@ def _mutual_best(jm: JaccardMatrix) -> list[tuple[int, int]]:
 def _hungarian(jm: JaccardMatrix) -> list[tuple[int, int]]:
     if not jm.rows or not jm.cols:
         return []
+    import numpy as np  # imported here: ~50 MB that only this method needs
+    from scipy.optimize import linear_sum_assignment
+
     weights = np.array(jm.values, dtype=float)
     r, c = linear_sum_assignment(weights, maximize=True)
     return sorted((jm.rows[a], jm.cols[b]) for a, b in zip(r, c) if weights[a, b] > 0)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from gepa.proposer.merge import does_triplet_have_desirable_predictors
 
 from dspy_adaptive.library import Library
+from dspy_adaptive.records import ancestors
 
 
 @dataclass(frozen=True)
@@ -53,20 +54,6 @@ def has_desirable_component(ancestor: Library, a: Library, b: Library) -> bool:
     return does_triplet_have_desirable_predictors([components(ancestor), components(a), components(b)], 0, 1, 2)
 
 
-def ancestors(nodes_by_index: dict[int, LineageNode], index: int) -> frozenset[int]:
-    """All strict ancestors of `index` (parents not in `nodes_by_index` are ignored beyond themselves)."""
-    seen: set[int] = set()
-    stack = list(nodes_by_index[index].parents)
-    while stack:
-        p = stack.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        if p in nodes_by_index:
-            stack.extend(nodes_by_index[p].parents)
-    return frozenset(seen)
-
-
 ComponentCheck = Callable[[LineageNode, LineageNode, LineageNode], bool]
 
 
@@ -88,7 +75,8 @@ def eligible_pairs(nodes: Sequence[LineageNode], tried: set[frozenset] | None = 
     pool = sorted(set(candidates) if candidates is not None else by_index)
     pool = [i for i in pool if i in by_index]
     tried = tried or set()
-    anc = {i: ancestors(by_index, i) for i in pool}
+    parents = {i: n.parents for i, n in by_index.items()}
+    anc = {i: ancestors(parents, i) for i in pool}
     out = []
     for x, a in enumerate(pool):
         for b in pool[x + 1:]:

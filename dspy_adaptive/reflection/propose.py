@@ -2,6 +2,7 @@
 
 A malformed answer, an impossible target, or source the sandbox rejects is a *rejected proposal*
 with its reason — never an exception — and the reason is shown to the next reflection on that parent.
+Every rejection also carries a typed `failure` (records.FailureKind), which is what reports count.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ import dspy
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
+from dspy_adaptive.records import ACTIONS, FailureKind, ProposalRecord, RowResult
 from dspy_adaptive.reflection import signatures as sig
-from dspy_adaptive.reflection.traces import render_slots, render_traces, render_usage
+from dspy_adaptive.reflection.traces import render_history, render_slots, render_traces, render_usage
+from dspy_adaptive.routed_program import parse_slot_answer
 from dspy_adaptive.sandbox import compile_program
-from dspy_adaptive.search.evaluate import RowResult
+from dspy_adaptive.sandbox.allowlist import prompt_text
 from dspy_adaptive.usage import role
 
-ALLOWED_IMPORTS = "math, re, json, itertools, collections, statistics, fractions, decimal, string, functools, " \
-                  "heapq, datetime, typing"
+ALLOWED = prompt_text()   # the sandbox policy's own allow-list and grammar, so the prompt cannot drift from them
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Edit:
     child: Library | None
     reason: str | None = None  # set when rejected
     rejected_source: str | None = None  # the source the sandbox refused, kept for the run record
+    failure: FailureKind | None = None  # set when rejected: what kind of rejection this is
 
     @property
     def rejected(self) -> bool:
@@ -55,8 +58,8 @@ def program_contract(input_names: Sequence[str], output_names: Sequence[str], to
         "  self.check = dspy.Predict(\"question, draft -> verdict\", instructions=\"...\").\n"
         f"- forward(self, {args}) may call predictors (keyword arguments) and plain Python, and must return "
         f"dspy.Prediction({outs}).\n"
-        f"- Allowed imports: {ALLOWED_IMPORTS}. No files, processes, network, eval/exec, getattr tricks or "
-        "names starting with an underscore: the sandbox rejects them.\n"
+        f"- {ALLOWED} No files, processes, network, eval/exec, getattr tricks or names starting with an "
+        "underscore: the sandbox rejects them.\n"
         f"- {tool_text}\n"
         "A complete, valid example to adapt:\n"
         "class Specialist(dspy.Module):\n"
@@ -76,16 +79,17 @@ def strip_code(text: str) -> str:
     return (m.group(1) if m else (text or "")).strip() + "\n"
 
 
-def _parse_slot(text: Any) -> int | None:
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    m = re.search(r"\d+", "" if text is None else str(text))
-    return int(m.group()) if m else None
+def _rejected(action: str | None, slot: int | None, failure: FailureKind, reason: str,
+              source: str | None = None) -> Edit:
+    return Edit(action, slot, None, reason, rejected_source=source, failure=failure)
 
 
-def _check_source(source: str) -> str | None:
+def _check_source(action: str, slot: int | None, source: str) -> Edit | None:
     res = compile_program(source)
-    return None if res.ok else "the new program was rejected by the sandbox: " + "; ".join(res.reasons)
+    if res.ok:
+        return None
+    return _rejected(action, slot, "sandbox_rejected",
+                     "the new program was rejected by the sandbox: " + "; ".join(res.reasons), source)
 
 
 class Reflector:
@@ -118,29 +122,34 @@ class Reflector:
                 self.schedule.record("reflection", 1, 1, t0, time.perf_counter())
 
     def propose(self, parent: Library, rows: Sequence[Row], results: Sequence[RowResult],
-                history: str) -> Edit:
+                history: Sequence[ProposalRecord] = ()) -> Edit:
+        """One proposal for `parent` from its minibatch `results` on `rows`; `history` is the recent
+        proposals on its lineage (shown to action selection)."""
         traces = render_traces(rows, results)
         try:
             choice = self._call(self.select, router=parent.router, specialists=render_slots(parent),
-                                usage=render_usage(parent, results), history=history or "none", traces=traces)
+                                usage=render_usage(parent, results), history=render_history(history) or "none",
+                                traces=traces)
         except Exception as e:
-            return Edit(None, None, None, f"action selection failed: {type(e).__name__}: {str(e)[:300]}")
+            return _rejected(None, None, "selection_failed",
+                             f"action selection failed: {type(e).__name__}: {str(e)[:300]}")
         action = str(choice.action or "").strip().lower().replace(" ", "_").replace("-", "_")
-        slot = _parse_slot(choice.slot)
+        slot = parse_slot_answer(choice.slot)
+        if action not in ACTIONS:   # recorded without an action: only ACTIONS are valid action names
+            return _rejected(None, slot, "unknown_action",
+                             f"unknown action {action!r} (expected one of {', '.join(ACTIONS)})")
         if action == "activate" and parent.inactive_ids() and slot not in parent.inactive_ids():
             slot = parent.inactive_ids()[0]  # any free slot serves an activation: take the lowest
         problem = self._validate_target(parent, action, slot)
         if problem:
-            return Edit(action or None, slot, None, problem)
+            return _rejected(action, slot, "invalid_target", problem)
         try:
             return self._edit(parent, action, slot, traces)
         except Exception as e:
-            return Edit(action, slot, None, f"{action} failed: {type(e).__name__}: {str(e)[:300]}")
+            return _rejected(action, slot, "edit_failed", f"{action} failed: {type(e).__name__}: {str(e)[:300]}")
 
     @staticmethod
     def _validate_target(parent: Library, action: str, slot: int | None) -> str | None:
-        if action not in sig.ACTIONS:
-            return f"unknown action {action!r} (expected one of {', '.join(sig.ACTIONS)})"
         if action == "rewrite_router":
             return None if parent.active_ids() else "rewrite_router needs at least one active specialist"
         if slot is None or not 1 <= slot <= parent.max_specialists:
@@ -159,7 +168,7 @@ class Reflector:
                              specialists=render_slots(parent))
             text = str(out.new_router or "").strip()
             if not text:
-                return Edit(action, None, None, "rewrite_router returned an empty instruction")
+                return _rejected(action, None, "bad_output", "rewrite_router returned an empty instruction")
             return self._changed(parent, action, None, parent.with_router(text))
         target = parent.slot(slot)
         if action == "activate":
@@ -169,31 +178,32 @@ class Reflector:
             profile = str(out.profile or "").strip().strip('"').lower()
             description = str(out.description or "").strip()
             if profile not in ("fast", "deep"):
-                return Edit(action, slot, None, f"activate returned profile {out.profile!r}; expected fast or deep")
+                return _rejected(action, slot, "bad_output",
+                                 f"activate returned profile {out.profile!r}; expected fast or deep")
             if not description or description.upper() == "INACTIVE":
-                return Edit(action, slot, None, "activate returned no description")
-            problem = _check_source(source)
-            if problem:
-                return Edit(action, slot, None, problem, rejected_source=source)
+                return _rejected(action, slot, "bad_output", "activate returned no description")
+            rejected = _check_source(action, slot, source)
+            if rejected:
+                return rejected
             return Edit(action, slot, parent.with_slot(slot, target.activated(description, source, profile)))
         if action == "rewrite_program":
             out = self._call(self.rewrite_program, traces=traces, description=target.description,
                              program=target.program_source, program_contract=self.contract)
             source = strip_code(out.new_program)
-            problem = _check_source(source)
-            if problem:
-                return Edit(action, slot, None, problem, rejected_source=source)
+            rejected = _check_source(action, slot, source)
+            if rejected:
+                return rejected
             return self._changed(parent, action, slot, parent.with_slot(slot, target.with_program(source)))
         # rewrite_description
         out = self._call(self.rewrite_description, traces=traces, specialists=render_slots(parent),
                          target_slot=str(slot), program=target.program_source)
         text = str(out.new_description or "").strip()
         if not text or text.upper() == "INACTIVE":
-            return Edit(action, slot, None, "rewrite_description returned an empty description")
+            return _rejected(action, slot, "bad_output", "rewrite_description returned an empty description")
         return self._changed(parent, action, slot, parent.with_slot(slot, target.with_description(text)))
 
     @staticmethod
     def _changed(parent: Library, action: str, slot: int | None, child: Library) -> Edit:
         if child.content_hash == parent.content_hash:
-            return Edit(action, slot, None, f"{action} changed nothing")
+            return _rejected(action, slot, "no_change", f"{action} changed nothing")
         return Edit(action, slot, child)

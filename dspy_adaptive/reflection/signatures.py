@@ -14,9 +14,10 @@ from typing import Literal
 
 import dspy
 
-ACTIONS = ("activate", "rewrite_program", "rewrite_description", "rewrite_router", "deactivate")
+from dspy_adaptive.records import ActionName
+
 # Typed outputs: a JSON-schema adapter (and llama.cpp's grammar) can then only emit valid choices.
-Action = Literal["activate", "rewrite_program", "rewrite_description", "rewrite_router", "deactivate"]
+Action = ActionName
 
 
 class SelectAction(dspy.Signature):

@@ -1,4 +1,4 @@
-"""What reflection reads: feedback-minibatch records rendered as text.
+"""What reflection reads: feedback-minibatch records and recent proposals, rendered as text.
 
 Only input fields, the route, predictor steps, the output, the score, feedback and errors are
 rendered — never an example's label fields (answers, family tags), which stay with the metric.
@@ -7,32 +7,32 @@ rendered — never an example's label fields (answers, family tags), which stay 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
-from dspy_adaptive.search.evaluate import RowResult, _clip
+from dspy_adaptive.records import ProposalRecord, RowResult, clip, slot_label
 
 
 def describe_route(r: RowResult) -> str:
     if r.executed is None:
         return "route unknown (the call failed before a specialist ran)"
     sel = "an unparseable answer" if r.selected is None else f"slot {r.selected}" if r.selected else "0 (fallback)"
-    ran = "fallback" if r.executed == 0 else f"slot {r.executed}"
+    ran = slot_label(r.executed)
     why = f" because {r.fallback_reason}" if r.fallback_reason else ""
     return f"router selected {sel}; executed {ran}{why}"
 
 
 def render_record(n: int, row: Row, r: RowResult) -> str:
     lines = [f"### Request {n}", "Inputs:"]
-    lines += [f"  {k}: {_clip(v, 1500)}" for k, v in row.inputs.items()]
+    lines += [f"  {k}: {clip(v, 1500)}" for k, v in row.inputs.items()]
     lines.append(f"Route: {describe_route(r)}")
     if r.steps:
         lines.append("Steps:")
         for s in r.steps:
             ins = "; ".join(f"{k}={v}" for k, v in s["inputs"].items())
             outs = "; ".join(f"{k}={v}" for k, v in s["outputs"].items())
-            lines.append(f"  - {s['predictor']}: [{_clip(ins, 700)}] -> [{_clip(outs, 700)}]")
+            lines.append(f"  - {s['predictor']}: [{clip(ins, 700)}] -> [{clip(outs, 700)}]")
     if r.output is not None:
         lines.append("Output: " + "; ".join(f"{k}={v}" for k, v in r.output.items()))
     if r.error:
@@ -64,3 +64,21 @@ def render_usage(library: Library, results: Sequence[RowResult]) -> str:
     if failed:
         parts.append(f"runtime failures: {failed}/{total}")
     return "requests executed per slot on this minibatch — " + ", ".join(parts)
+
+
+def recent_history(proposals: Iterable[ProposalRecord], lineage: set[int] | frozenset[int],
+                   limit: int) -> tuple[ProposalRecord, ...]:
+    """The last `limit` proposals made on `lineage` (a candidate and its ancestors); skips are left out."""
+    return tuple([p for p in proposals if p.kind != "skip" and set(p.parents) & lineage][-limit:])
+
+
+def render_history(proposals: Sequence[ProposalRecord]) -> str:
+    """One line per proposal: what was tried on which candidate, and how it ended."""
+    lines = []
+    for p in proposals:
+        target = f" slot {p.slot}" if p.slot else ""
+        outcome = "accepted" if p.accepted else f"rejected: {p.reason}"
+        sums = f" (minibatch {p.parent_sum:g} -> {p.child_sum:g})" if p.child_sum is not None else ""
+        lines.append(f"- iteration {p.iteration}: {p.kind} {p.action or ''}{target} on candidate "
+                     f"{'/'.join(map(str, p.parents))}: {outcome}{sums}")
+    return "\n".join(lines)

@@ -72,6 +72,21 @@ def allowed(module: str, name: str) -> bool:
     return name in ALLOWED_NAMES.get(module, ())
 
 
+#: Modules whose allowed names are far fewer than the module offers: prompts name them explicitly.
+_NARROW = ("collections", "functools", "json", "string", "typing")
+
+#: The field types a predictor signature may use (sandbox/signature.py's grammar), for prompts.
+SIGNATURE_TYPES = "str, int, float, bool, Any, list[T], dict[str, T], Optional[T], Literal['a', 'b']"
+
+
+def prompt_text() -> str:
+    """One paragraph for LM prompts: the modules, the names of the narrow ones, the signature types."""
+    narrow = "; ".join(f"{m}: {', '.join(sorted(ALLOWED_NAMES[m]))}" for m in _NARROW)
+    return (f"Allowed imports: {', '.join(ALLOWED_MODULES)} -- their everyday functions and classes; from these "
+            f"only the names listed: {narrow}. Predictor signatures are plain text like \"question, context: "
+            f"list[str] -> answer: int\" with field types among {SIGNATURE_TYPES}.")
+
+
 def describe() -> str:
     """One line per module, for prompts: 'math: acos, acosh, ...'."""
     return "\n".join(f"{m}: {', '.join(sorted(ALLOWED_NAMES[m]))}" for m in ALLOWED_MODULES)

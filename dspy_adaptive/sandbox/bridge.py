@@ -119,8 +119,9 @@ def _check_arguments(args: Any, *, what: str, limits: BridgeLimits) -> dict[str,
     return dict(args)
 
 
-def parse_predict(msg: Mapping[str, Any], limits: BridgeLimits = BridgeLimits()) -> PredictRequest:
+def parse_predict(msg: Mapping[str, Any], limits: BridgeLimits | None = None) -> PredictRequest:
     """A worker's {"op": "predict", ...} frame as a PredictRequest, or BridgeRefused saying why."""
+    limits = limits or BridgeLimits()
     name, kind, instructions = msg.get("name"), msg.get("kind"), msg.get("instructions")
     if not isinstance(name, str) or not _PNAME.match(name):
         raise BridgeRefused("predictor name must be an attribute path of at most 100 plain characters")
@@ -148,7 +149,8 @@ def parse_predict(msg: Mapping[str, Any], limits: BridgeLimits = BridgeLimits())
 
 
 def parse_tool(msg: Mapping[str, Any], tool_names: tuple[str, ...],
-               limits: BridgeLimits = BridgeLimits()) -> ToolRequest:
+               limits: BridgeLimits | None = None) -> ToolRequest:
+    limits = limits or BridgeLimits()
     name = msg.get("name")
     if not isinstance(name, str) or name not in tool_names:
         shown = repr(name[:40]) if isinstance(name, str) else "a non-text name"

@@ -56,7 +56,8 @@ class ForkServer:
 
     netns: ask the zygote (when the host is root) to enter empty network and IPC namespaces, which its
     workers inherit. request: {"tools", "stdout_cap", "max_predictor_calls"} of the pool, so the zygote
-    builds a request's restricted globals once (worker.prebuild). After start, `ready` holds the zygote's report: {"probe": isolation.probe() as seen
+    builds a request's restricted globals once (worker.prebuild). After start, `ready` holds the zygote's
+    report: {"probe": isolation.probe() as seen
     by the zygote, "netns": whether it entered the namespaces}."""
 
     def __init__(self, debug: bool = False, netns: bool = True, request: dict | None = None):

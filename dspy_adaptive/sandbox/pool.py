@@ -58,6 +58,8 @@ NOBODY = 65534
 UID_RANGE = (1 << 30, (1 << 31) - 2)   # per-worker uids (root hosts): unused by any account
 ISOLATION_MODES = ("strict", "warn")
 MAX_OUTPUT_FIELDS = 64
+ALL_LAYERS = Layers()
+DEFAULT_LIMITS = BridgeLimits()
 _OUTPUT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}\Z")
 
 
@@ -197,8 +199,8 @@ class SandboxPool:
     def __init__(self, *, max_workers: int = 4, timeout: float = 30.0, call_timeout: float | None = None,
                  memory_mb: int = 512, max_output_bytes: int = 1_000_000, max_predictor_calls: int = 100,
                  tool_names: Sequence[str] = (), max_tool_calls: int | None = None, recursion_limit: int = 500,
-                 start_method: str = "auto", isolation: str = "warn", layers: Layers = Layers(),
-                 limits: BridgeLimits = BridgeLimits()):
+                 start_method: str = "auto", isolation: str = "warn", layers: Layers = ALL_LAYERS,
+                 limits: BridgeLimits = DEFAULT_LIMITS):
         if max_workers < 1:
             raise ValueError("max_workers must be >= 1")
         if start_method not in ("auto", "forkserver", "spawn"):
@@ -224,8 +226,10 @@ class SandboxPool:
         self.max_tool_calls = int(max_predictor_calls if max_tool_calls is None else max_tool_calls)
         self.tool_names = tuple(tool_names)
         self.recursion_limit = int(recursion_limit)
-        request = {"tools": list(self.tool_names), "stdout_cap": STDOUT_CAP, "max_predictor_calls": self.max_predictor_calls}
-        self._forkserver = forkserver.ForkServer(debug=_debug(), netns=layers.netns, request=request) if use_fork else None
+        request = {"tools": list(self.tool_names), "stdout_cap": STDOUT_CAP,
+                   "max_predictor_calls": self.max_predictor_calls}
+        self._forkserver = (forkserver.ForkServer(debug=_debug(), netns=layers.netns, request=request)
+                            if use_fork else None)
         self._slots = threading.BoundedSemaphore(max_workers)
         self._lock = threading.Lock()            # guards _live and counters (shared with the finalizer)
         self._live: set[_Worker] = set()
@@ -547,7 +551,9 @@ class SandboxPool:
                     f"output field names must be plain identifiers (at most {MAX_OUTPUT_FIELDS}); got "
                     f"{len(outputs)} fields{', e.g. ' + repr(bad[0][:40]) if bad else ''}", "output")
             return RunResult(outputs, stdout, st.n_pred, st.n_tool, spent, tuple(st.refused))
-        kind = m.get("kind") if m.get("kind") in ("exception", "output", "policy", "protocol", "memory") else "exception"
+        kind = m.get("kind")
+        if kind not in ("exception", "output", "policy", "protocol", "memory"):
+            kind = "exception"
         reason = str(m.get("reason") or "")[:4000]
         if kind == "memory":
             self._count("memory")

@@ -169,7 +169,8 @@ def execute(msg: dict, chan: tuple[int, int], built: dict) -> dict:
         _RPC[0] = rpc
         g, internals = _PREBUILT["globals"], _PREBUILT["internals"]
     else:
-        g, internals = runtime.request_globals(rpc=rpc, tool_names=key[0], stdout_cap=key[1], max_predictor_calls=key[2])
+        g, internals = runtime.request_globals(rpc=rpc, tool_names=key[0], stdout_cap=key[1],
+                                               max_predictor_calls=key[2])
     built.update(internals)
     if not msg.get("checked", True):   # test-only: policy bypassed, full builtins -- the OS layers alone
         g = {"__builtins__": builtins, "__name__": runtime.SANDBOX_MODULE, "dspy": built["dspy"], **built["tools"]}

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from dspy_adaptive.library import Library
+from dspy_adaptive.records import RowResult, ancestors
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Archive:
     def __getitem__(self, i: int) -> Candidate:
         return self.candidates[i]
 
-    def add(self, library: Library, parents: Sequence[int], origin: str, results: Sequence[Any],
+    def add(self, library: Library, parents: Sequence[int], origin: str, results: Sequence[RowResult],
             discovered_at: int, iteration: int) -> Candidate:
         cand = Candidate(
             index=len(self.candidates), library=library, parents=tuple(parents), origin=origin,
@@ -74,14 +75,8 @@ class Archive:
             fronts[rid] = {c.index for c in self.candidates if c.scores[rid] == best}
         return fronts
 
-    def ancestors(self, i: int) -> set[int]:
-        seen, stack = set(), list(self.candidates[i].parents)
-        while stack:
-            p = stack.pop()
-            if p not in seen:
-                seen.add(p)
-                stack.extend(self.candidates[p].parents)
-        return seen
+    def ancestors(self, i: int) -> frozenset[int]:
+        return ancestors([c.parents for c in self.candidates], i)
 
     def to_list(self) -> list[dict[str, Any]]:
         return [c.to_dict() for c in self.candidates]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-KINDS = ("seed_validation", "parent_minibatch", "child_minibatch", "validation", "merge_check")
+from dspy_adaptive.records import BUDGET_KINDS as KINDS
+from dspy_adaptive.records import BudgetKind
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Budget:
 
     def __init__(self, max_calls: int):
         self.max_calls = max_calls
-        self._by_kind = {k: 0 for k in KINDS}
+        self._by_kind = dict.fromkeys(KINDS, 0)
         self._lock = threading.Lock()
 
     def restore(self, by_kind: dict[str, int]) -> None:
@@ -32,7 +33,7 @@ class Budget:
         with self._lock:
             self._by_kind.update(by_kind)
 
-    def charge(self, kind: str, n: int = 1) -> None:
+    def charge(self, kind: BudgetKind, n: int = 1) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown budget kind {kind!r}")
         with self._lock:

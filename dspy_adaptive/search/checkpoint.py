@@ -15,10 +15,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dspy_adaptive.search.evaluate import RowResult
+from dspy_adaptive.records import RowResult
 
 STATE = "state.json"
 EVALS = "evals.jsonl"
+#: The layout of state.json this code writes and reads; a state of another version is refused on load.
+STATE_VERSION = 1
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -59,10 +61,16 @@ class CheckpointStore:
 
     def load_state(self) -> dict[str, Any]:
         try:
-            return json.loads((self.dir / STATE).read_text(encoding="utf-8"))
+            state = json.loads((self.dir / STATE).read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:  # cannot happen with atomic writes; say so if it does
             raise RuntimeError(f"{self.dir / STATE} is corrupt ({e}); restore it from a backup or start a new "
                                "log_dir") from e
+        version = state.get("version") if isinstance(state, dict) else None
+        if version != STATE_VERSION:
+            raise RuntimeError(f"{self.dir / STATE} has state version {version!r}, but this dspy_adaptive reads "
+                               f"version {STATE_VERSION}: it was written by another release. Resume it with that "
+                               "release, or start a new log_dir.")
+        return state
 
     def load_evals(self, committed: set[int]) -> tuple[dict[tuple[str, str], RowResult], dict, int]:
         """(cache, tag per cache key, number of dropped scored calls) from the eval log."""
@@ -96,7 +104,8 @@ class CheckpointStore:
         with self._lock:
             if self._evals is None:
                 self._evals = open(self.dir / EVALS, "a", encoding="utf-8")
-            self._evals.write(line + "\n"); self._evals.flush()  # a SIGKILL must not drop counted calls
+            self._evals.write(line + "\n")
+            self._evals.flush()  # a SIGKILL must not drop counted calls
 
     def commit(self, state: dict[str, Any]) -> None:
         with self._lock:

@@ -7,31 +7,36 @@
     validate  a passing child is scored on the full validation set
     archive   ... and enters the archive with per-row scores, routes and lineage
 
-Merges (when enabled) take the place of a reflective iteration at their cadence. The loop starts
-an iteration only while spent < budget; in-flight evaluations finish, so the final count can
-overshoot by at most one iteration (k concurrent proposals: k iterations, plus one minibatch for
-each proposal that was stopping as stale). After every iteration the state is checkpointed.
+Merges (when enabled) take the place of a reflective iteration at their cadence: the merge proposer
+returns a proposal already checked on its gate rows, and the engine validates, archives and records
+it, as it does a reflective child. The loop starts an iteration only while spent < budget; in-flight
+evaluations finish, so the final count can overshoot by at most one iteration (k concurrent
+proposals: k iterations, plus one minibatch for each proposal that was stopping as stale). After
+every iteration the state is checkpointed.
 """
 
 from __future__ import annotations
 
 import contextvars
 import random
-import threading
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from tqdm.auto import tqdm
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
+from dspy_adaptive.merge.proposer import MergeProposer, MergeState
+from dspy_adaptive.records import ProposalRecord, RowResult
 from dspy_adaptive.reflection.propose import Reflector
+from dspy_adaptive.reflection.traces import recent_history
 from dspy_adaptive.search import gate
 from dspy_adaptive.search.archive import Archive, Candidate
 from dspy_adaptive.search.budget import Budget
-from dspy_adaptive.search.checkpoint import CheckpointStore
-from dspy_adaptive.search.evaluate import Evaluator, RowResult
+from dspy_adaptive.search.checkpoint import STATE_VERSION, CheckpointStore
+from dspy_adaptive.search.evaluate import Evaluator
+from dspy_adaptive.search.inflight import InFlight, Job, JobOutcome
 from dspy_adaptive.search.sampling import BatchSampler, sample_minibatch
 from dspy_adaptive.search.schedule import Schedule
 from dspy_adaptive.search.select import CandidateSelector
@@ -40,78 +45,29 @@ from dspy_adaptive.usage import UsageMeter
 
 @dataclass(frozen=True)
 class SearchSettings:
-    max_metric_calls: int
+    """What the loop itself reads (the budget's size lives in `Budget`, the metric's failure score in the
+    `Evaluator`, the merge alignment in the `MergeProposer`)."""
+
     minibatch_size: int = 3
     skip_perfect_score: bool = True
     perfect_score: float = 1.0
-    failure_score: float = 0.0
     seed: int = 0
     history_size: int = 8
     use_merge: bool = False
     max_merge_invocations: int = 5
     merge_cadence: int = 2
-    alignment: str = "mutual_best"
     max_concurrent_proposals: int = 1
     max_idle_iterations: int = 20
 
-
-@dataclass(frozen=True)
-class Job:
-    """A started reflective proposal: its parent snapshot, minibatch and the history it reads."""
-
-    iteration: int
-    parent: Candidate
-    rows: tuple[Row, ...]
-    history: str
-    archive_size: int                           # candidates archived when the job started (its snapshot)
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    job: Job
-    parent_results: tuple[RowResult, ...]
-    edit: Any                                   # reflection Edit, or None when reflection was skipped
-    child_results: tuple[RowResult, ...] | None
-    val_results: tuple[RowResult, ...] | None   # set only when the child passed the gate
-    stopped: str | None = None                  # the step a stale job stopped before (concurrent proposals)
-
-
-@dataclass(frozen=True)
-class ProposalRecord:
-    """One proposal and its fate (the run record's unit)."""
-
-    iteration: int
-    kind: str                       # "reflect" | "merge" | "skip" | "stale" (concurrent proposals)
-    parents: tuple[int, ...]
-    action: str | None
-    slot: int | None
-    minibatch: tuple[str, ...]
-    parent_sum: float | None
-    child_sum: float | None
-    accepted: bool
-    reason: str | None
-    child_index: int | None
-    child_hash: str | None
-    budget_at: int
-    details: dict[str, Any] = field(default_factory=dict)
-
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["parents"], d["minibatch"] = list(self.parents), list(self.minibatch)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ProposalRecord":
-        d = dict(d)
-        d["parents"], d["minibatch"] = tuple(d["parents"]), tuple(d["minibatch"])
-        return cls(**d)
+        return asdict(self)
 
 
 class SearchEngine:
     def __init__(self, *, settings: SearchSettings, seed_library: Library, train: Sequence[Row],
                  val: Sequence[Row], evaluator: Evaluator, reflector: Reflector, selector: CandidateSelector,
                  sampler: BatchSampler, budget: Budget, meter: UsageMeter, store: CheckpointStore | None,
-                 fingerprint: str, merger: Any = None, progress: bool = True):
+                 fingerprint: str, merger: MergeProposer | None = None, progress: bool = True):
         self.s = settings
         self.seed_library = seed_library
         self.train, self.val = list(train), list(val)
@@ -124,16 +80,15 @@ class SearchEngine:
         self.rng = random.Random(settings.seed)
         self.iteration = 0
         self.proposals: list[ProposalRecord] = []
-        self.merge_state: dict[str, Any] = {"invocations": 0, "accepted_since": 0, "tried": []}
+        self.merge_state = MergeState()
         self.committed: set[int] = set()   # iterations whose results are folded into the state
         self.lost_calls = 0                # scored calls of iterations an interruption discarded
         self.idle_iterations = 0           # consecutive iterations that spent no budget
         self.schedule = Schedule()
-        self._archive_lock = threading.Lock()   # proposal threads read the archive (_stale) while it grows
-        self._validating: set[int] = set()      # iterations of jobs that passed their last stale check
-        self._selectable_memo: tuple[Any, int, set[int]] = (None, -1, set())
-        evaluator.schedule = reflector.schedule = self.schedule
         self.stop_reason = ""
+        self._in_flight: InFlight | None = None   # set while concurrent proposals run
+        self._val_by_id = {r.id: r for r in self.val}
+        evaluator.schedule = reflector.schedule = self.schedule
         if store is not None:
             evaluator.on_new_result = store.append_eval
 
@@ -150,6 +105,7 @@ class SearchEngine:
                 self._run_concurrent(bar)
         finally:
             bar.close()
+        self._checkpoint()   # the saved state also says why the run stopped
         return self.archive
 
     def _should_continue(self) -> bool:
@@ -165,7 +121,7 @@ class SearchEngine:
     def _run_sequential(self, bar) -> None:
         while self._should_continue():
             self.iteration += 1
-            record = self._merge_iteration() if self._merge_due() else None
+            record = self.merge_step() if self._merge_due() else None
             if record is None:
                 record = self._fold(self._run_job(self._start_job()))
             self._finish(record, bar)
@@ -173,37 +129,35 @@ class SearchEngine:
     def _run_concurrent(self, bar) -> None:
         """Up to k live reflective proposals in flight, each with its own parent snapshot and minibatch,
         sharing the evaluation threads; results fold into the archive as they complete. A proposal whose
-        parent a fold just pushed out (`_doomed`) stops at its next step, so it no longer holds one of the
-        k places: a replacement from the new front starts at once instead of after that step (at most k
-        such stopping proposals run besides the k live ones, each finishing at most one minibatch)."""
+        parent a fold just pushed out is doomed: it stops at its next step and no longer holds one of the k
+        places, so a replacement from the new front starts at once (see `InFlight`)."""
         k = self.s.max_concurrent_proposals
-        in_flight: dict[Future, Job] = {}
-        with ThreadPoolExecutor(max_workers=2 * k, thread_name_prefix="adaptive-proposal") as pool:
-            while in_flight or self._should_continue():
-                while (len(in_flight) < 2 * k and sum(not self._doomed(j) for j in in_flight.values()) < k
-                       and self._should_continue()):
-                    self.iteration += 1
-                    if self._merge_due():
-                        record = self._merge_iteration()
+        in_flight = self._in_flight = InFlight(self.selector, k, self.archive)
+        try:
+            with ThreadPoolExecutor(max_workers=2 * k, thread_name_prefix="adaptive-proposal") as pool:
+                while len(in_flight) or self._should_continue():
+                    while in_flight.has_room() and self._should_continue():
+                        self.iteration += 1
+                        record = self.merge_step() if self._merge_due() else None
                         if record is not None:
                             self._finish(record, bar)
                             continue
-                    job = self._start_job()
-                    in_flight[pool.submit(contextvars.copy_context().run, self._run_job, job)] = job
-                if not in_flight:
-                    break
-                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-                for fut in sorted(done, key=lambda f: in_flight[f].iteration):
-                    in_flight.pop(fut)
-                    self._finish(self._fold(fut.result()), bar)
+                        job = self._start_job()
+                        in_flight.add(pool.submit(contextvars.copy_context().run, self._run_job, job, in_flight), job)
+                    if not len(in_flight):
+                        break
+                    for future in in_flight.wait():
+                        self._finish(self._fold(future.result()), bar)
+        finally:
+            self._in_flight = None
 
-    def _finish(self, record: "ProposalRecord", bar) -> None:
+    def _finish(self, record: ProposalRecord, bar) -> None:
         spent_before = self.proposals[-1].budget_at if self.proposals else self._seed_spent()
         self.idle_iterations = 0 if record.budget_at > spent_before else self.idle_iterations + 1
         self.proposals.append(record)
         self.committed.add(record.iteration)
         if record.accepted and record.kind == "reflect":
-            self.merge_state["accepted_since"] += 1
+            self.merge_state = self.merge_state.accepted_reflection()
         self._checkpoint()
         bar.n = min(self.budget.spent, self.budget.max_calls)
         bar.set_postfix(best=f"{self.archive[self.archive.best_index()].val_mean:.3f}", archive=len(self.archive))
@@ -219,97 +173,73 @@ class SearchEngine:
         self._checkpoint()
 
     # -- one reflective proposal: start (main thread) -> run (any thread) -> fold (main thread) ----------
-    def _start_job(self) -> "Job":
+    def _start_job(self) -> Job:
         parent = self.archive[self.selector.select(self.archive, self.rng)]                       # select
         idx = sample_minibatch(self.sampler, [r.example for r in self.train], self.s.minibatch_size, self.rng)
         if not self.reflector.output_names:
             self.reflector.set_output_names(self._output_names())
-        return Job(self.iteration, parent, tuple(self.train[i] for i in idx), self._history(parent.index),
-                   archive_size=len(self.archive))
+        lineage = self.archive.ancestors(parent.index) | {parent.index}
+        return Job(self.iteration, parent, tuple(self.train[i] for i in idx),
+                   recent_history(self.proposals, lineage, self.s.history_size), archive_size=len(self.archive))
 
-    def _run_job(self, job: "Job") -> "JobOutcome":
-        tag = job.iteration
-        parent_results = self.evaluator.evaluate(job.parent.library, job.rows, "parent_minibatch", tag=tag)  # run
+    def _run_job(self, job: Job, in_flight: InFlight | None = None) -> JobOutcome:
+        """Run one proposal to its end. With concurrent proposals (`in_flight`), a job whose parent was
+        pushed out stops before its next step instead of spending budget on it."""
+        def stopped(step: str, committing: bool = False) -> str | None:
+            if in_flight is not None and in_flight.stale(job, committing=committing):
+                return in_flight.stale_reason(job, step)
+            return None
+
+        parent_results = self.evaluator.evaluate(job.parent.library, job.rows, "parent_minibatch", tag=job.iteration)
         if self.s.skip_perfect_score and gate.is_perfect(parent_results, self.s.perfect_score):
             return JobOutcome(job, parent_results, None, None, None)
-        if self._stale(job):
-            return JobOutcome(job, parent_results, None, None, None, stopped="before reflection")
-        edit = self.reflector.propose(job.parent.library, job.rows, parent_results, job.history)         # reflect
+        if why := stopped("before reflection"):
+            return JobOutcome(job, parent_results, None, None, None, stopped=why)
+        edit = self.reflector.propose(job.parent.library, job.rows, parent_results, job.history)        # reflect
         if edit.rejected:
             return JobOutcome(job, parent_results, edit, None, None)
-        if self._stale(job):
-            return JobOutcome(job, parent_results, edit, None, None, stopped="before its child minibatch")
-        child_results = self.evaluator.evaluate(edit.child, job.rows, "child_minibatch", tag=tag)         # gate
+        if why := stopped("before its child minibatch"):
+            return JobOutcome(job, parent_results, edit, None, None, stopped=why)
+        child_results = self.evaluator.evaluate(edit.child, job.rows, "child_minibatch", tag=job.iteration)  # gate
         if not gate.minibatch_gate(parent_results, child_results):
             return JobOutcome(job, parent_results, edit, child_results, None)
-        if self._stale(job, committing=True):
-            return JobOutcome(job, parent_results, edit, child_results, None, stopped="before validation")
-        val_results = self.evaluator.evaluate(edit.child, self.val, "validation", tag=tag)               # validate
+        if why := stopped("before validation", committing=True):
+            return JobOutcome(job, parent_results, edit, child_results, None, stopped=why)
+        val_results = self.evaluator.evaluate(edit.child, self.val, "validation", tag=job.iteration)    # validate
         return JobOutcome(job, parent_results, edit, child_results, val_results)
 
-    def _stale(self, job: "Job", committing: bool = False) -> bool:
-        """Concurrent proposals only: True when candidates archived since the job started pushed its
-        parent out of what the selector could pick now (off the Pareto front, or no longer the best).
-        The sequential loop would not be improving that parent any more, so the job stops at its next
-        step instead of spending budget on it. Never true at k=1 (nothing is archived meanwhile).
-        `committing`: the check before validation; passing it commits the job to validate."""
-        with self._archive_lock:
-            stale = self._pushed_out_locked(job)
-            if committing and not stale:
-                self._validating.add(job.iteration)
-            return stale
-
-    def _doomed(self, job: "Job") -> bool:
-        """True when an in-flight job's next `_stale` check will stop it: it has not committed to its
-        validation, and its parent is pushed out (which stays so: the selectable set only loses old
-        candidates as the archive grows)."""
-        with self._archive_lock:
-            return job.iteration not in self._validating and self._pushed_out_locked(job)
-
-    def _pushed_out_locked(self, job: "Job") -> bool:
-        return len(self.archive) != job.archive_size and job.parent.index not in self._selectable_locked()
-
-    def _selectable_locked(self) -> set[int]:
-        """selector.selectable(archive), computed once per archive state: the main loop asks it for every
-        in-flight job each time it refills, and the archive only changes by growing."""
-        archive, size, selectable = self._selectable_memo
-        if archive is not self.archive or size != len(self.archive):
-            selectable = self.selector.selectable(self.archive)
-            self._selectable_memo = (self.archive, len(self.archive), selectable)
-        return selectable
-
-    def add_to_archive(self, library: Library, parents: tuple[int, ...], origin: str,
-                       results: Sequence[RowResult], iteration: int) -> Candidate:
-        with self._archive_lock:
-            return self.archive.add(library, parents, origin, results, self.budget.spent, iteration)
-
-    def _fold(self, out: "JobOutcome") -> "ProposalRecord":
-        job = out.job
+    def _fold(self, out: JobOutcome) -> ProposalRecord:
+        job, edit = out.job, out.edit
         base = dict(iteration=job.iteration, parents=(job.parent.index,), minibatch=tuple(r.id for r in job.rows),
                     parent_sum=gate.score_sum(out.parent_results))
         if out.stopped is not None:
-            edit = out.edit
             return self._record(kind="stale", action=edit.action if edit else None, slot=edit.slot if edit else None,
                                 child_sum=gate.score_sum(out.child_results) if out.child_results else None,
-                                accepted=False, child_library=edit.child if edit else None,
-                                reason=(f"parent {job.parent.index} {self.selector.pushed_out} while this proposal "
-                                        f"was in flight; stopped {out.stopped}"), **base)
-        if out.edit is None:
+                                accepted=False, failure="stale", reason=out.stopped,
+                                child_library=edit.child if edit else None, **base)
+        if edit is None:
             return self._record(kind="skip", action=None, slot=None, child_sum=None, accepted=False,
-                                reason="parent is perfect on the whole minibatch", **base)
-        edit = out.edit
+                                failure="perfect", reason="parent is perfect on the whole minibatch", **base)
         if edit.rejected:
             details = {"rejected_source": edit.rejected_source[:6000]} if edit.rejected_source else {}
-            return self._record(kind="reflect", action=edit.action, slot=edit.slot, child_sum=None,
-                                accepted=False, reason=edit.reason, details=details, **base)
+            return self._record(kind="reflect", action=edit.action, slot=edit.slot, child_sum=None, accepted=False,
+                                failure=edit.failure, reason=edit.reason, details=details, **base)
         child = None
         if out.val_results is not None:                                                            # archive
             child = self.add_to_archive(edit.child, (job.parent.index,), edit.action, out.val_results,
                                         job.iteration)
         return self._record(kind="reflect", action=edit.action, slot=edit.slot,
                             child_sum=gate.score_sum(out.child_results), accepted=child is not None,
+                            failure=None if child is not None else "gate",
                             reason=None if child is not None else "child did not beat the parent on the minibatch",
                             child=child, child_library=edit.child, **base)
+
+    def add_to_archive(self, library: Library, parents: tuple[int, ...], origin: str,
+                       results: Sequence[RowResult], iteration: int) -> Candidate:
+        cand = self.archive.add(library, parents, origin, results, self.budget.spent, iteration)
+        if self._in_flight is not None:
+            self._in_flight.archive_changed(self.archive)
+        return cand
 
     def _output_names(self) -> tuple[str, ...]:
         """Output fields of the user's program, as its seed validation produced them."""
@@ -320,14 +250,33 @@ class SearchEngine:
                 return tuple(res.output)
         return ()
 
-    # -- merge hooks (the merge package plugs in here) ----------------------------------------------------
+    # -- merges: the proposer proposes; the engine validates, archives and records ------------------------
     def _merge_due(self) -> bool:
-        m = self.merge_state
-        return (self.s.use_merge and self.merger is not None and m["invocations"] < self.s.max_merge_invocations
-                and m["accepted_since"] >= self.s.merge_cadence)
+        return (self.s.use_merge and self.merger is not None
+                and self.merge_state.due(self.s.max_merge_invocations, self.s.merge_cadence))
 
-    def _merge_iteration(self) -> ProposalRecord | None:
-        return self.merger.run(self)
+    def merge_step(self) -> ProposalRecord | None:
+        """One merge at the current iteration, or None (nothing spent) when no eligible pair exists."""
+        proposal = self.merger.propose(self.archive, self.merge_state, self.rng, self._merge_check)  # pair..gate
+        if proposal is None:
+            return None
+        self.merge_state = self.merge_state.started(proposal.parents)
+        child, details = None, proposal.details
+        if proposal.passed:
+            results = self.evaluator.evaluate(proposal.child, self.val, "validation", tag=self.iteration)  # validate
+            library, details = self.merger.cleaned(proposal, results)                                  # cleanup
+            child = self.add_to_archive(library, proposal.parents, "merge", results, self.iteration)  # archive
+        return self._record(iteration=self.iteration, kind="merge", parents=proposal.parents, action="merge",
+                            slot=None, minibatch=proposal.gate_rows, parent_sum=max(proposal.parent_sums),
+                            child_sum=proposal.child_sum, accepted=child is not None,
+                            failure=None if child is not None else "merge_gate",
+                            reason=None if child is not None else
+                            "merged child scored below the stronger parent on the gate rows",
+                            child=child, child_library=proposal.child, details=details)
+
+    def _merge_check(self, library: Library, row_ids: Sequence[str]) -> tuple[RowResult, ...]:
+        rows = [self._val_by_id[i] for i in row_ids]
+        return self.evaluator.evaluate(library, rows, "merge_check", tag=self.iteration)
 
     # -- bookkeeping ---------------------------------------------------------------------------------------
     def _record(self, *, child: Candidate | None = None, child_library: Library | None = None,
@@ -337,26 +286,17 @@ class SearchEngine:
                               child_hash=lib.content_hash if lib is not None else None,
                               budget_at=self.budget.spent, **fields)
 
-    def _history(self, parent_index: int) -> str:
-        lineage = self.archive.ancestors(parent_index) | {parent_index}
-        recent = [p for p in self.proposals if p.kind != "skip" and set(p.parents) & lineage][-self.s.history_size:]
-        lines = []
-        for p in recent:
-            target = f" slot {p.slot}" if p.slot else ""
-            outcome = "accepted" if p.accepted else f"rejected: {p.reason}"
-            sums = f" (minibatch {p.parent_sum:g} -> {p.child_sum:g})" if p.child_sum is not None else ""
-            lines.append(f"- iteration {p.iteration}: {p.kind} {p.action or ''}{target} on candidate "
-                         f"{'/'.join(map(str, p.parents))}: {outcome}{sums}")
-        return "\n".join(lines)
-
     def state_dict(self) -> dict[str, Any]:
+        """The committed search state, as `state.json` holds it (and `AdaptiveGEPAResult.from_state` reads it)."""
         return {
-            "version": 1, "fingerprint": self.fingerprint, "iteration": self.iteration,
+            "version": STATE_VERSION, "fingerprint": self.fingerprint, "iteration": self.iteration,
             "archive": self.archive.to_list(), "budget": self.budget.report().by_kind,
             "rng": _rng_to_json(self.rng.getstate()), "proposals": [p.to_dict() for p in self.proposals],
-            "merge_state": self.merge_state, "usage": self.meter.snapshot(),
+            "merge_state": self.merge_state.to_dict(), "usage": self.meter.snapshot(),
             "committed": sorted(self.committed), "lost_calls": self.lost_calls,
             "idle_iterations": self.idle_iterations,
+            "val_ids": [r.id for r in self.val], "max_calls": self.budget.max_calls, "seed": self.s.seed,
+            "stop_reason": self.stop_reason,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -365,7 +305,7 @@ class SearchEngine:
         self.budget.restore(state["budget"])
         self.rng.setstate(_rng_from_json(state["rng"]))
         self.proposals = [ProposalRecord.from_dict(p) for p in state["proposals"]]
-        self.merge_state = state["merge_state"]
+        self.merge_state = MergeState.from_dict(state["merge_state"])
         self.committed = set(state["committed"])
         self.lost_calls = state.get("lost_calls", 0)
         self.idle_iterations = state.get("idle_iterations", 0)

@@ -1,6 +1,7 @@
 """Run step: execute a candidate library on rows, score each with the metric, record everything.
 
-One scored call = one program run on one example plus its metric. Results are cached by
+Each row is scored by `dspy_adaptive.scoring.score_example` (the package's one scoring function). One
+scored call = one program run on one example plus its metric. Results are cached by
 (candidate content hash, row id): an unchanged candidate is never re-run or re-charged for a row
 it already has. Rows run on a thread pool; results come back in row order, so a deterministic LM
 gives the same results for any `num_threads`.
@@ -9,71 +10,17 @@ gives the same results for any `num_threads`.
 from __future__ import annotations
 
 import contextvars
-import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
-
-import dspy
+from typing import Callable, Sequence
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
-from dspy_adaptive.routed_program import RoutedProgram, SpecialistRuntimeError, route_of
+from dspy_adaptive.records import BudgetKind, RowResult
+from dspy_adaptive.routed_program import RoutedProgram
+from dspy_adaptive.scoring import score_example
 from dspy_adaptive.search.budget import Budget
-from dspy_adaptive.usage import role
-
-MAX_FIELD_CHARS = 2000
-
-
-def _clip(value: Any, limit: int = MAX_FIELD_CHARS) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
-
-
-@dataclass(frozen=True)
-class RowResult:
-    """Everything the search keeps about one scored call."""
-
-    row_id: str
-    score: float
-    feedback: str
-    output: dict[str, str] | None
-    selected: int | None
-    executed: int | None          # None: the route is unknown (the call failed before routing)
-    fallback_reason: str | None
-    error: str | None             # runtime failure (scored failure_score without calling the metric)
-    steps: tuple[dict[str, Any], ...]
-    metric_note: str | None = None  # the metric misbehaved (None/NaN/str...): recorded, scored as failure
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["steps"] = list(self.steps)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RowResult":
-        d = dict(d)
-        d["steps"] = tuple(d.get("steps") or ())
-        return cls(**d)
-
-
-def normalise_metric_output(out: Any, failure_score: float) -> tuple[float, str, str | None]:
-    """(score, feedback, note). Floats and Prediction/dict(score, feedback) are accepted; anything else is a
-    recorded metric fault scored `failure_score`."""
-    feedback = ""
-    score = out
-    if isinstance(out, dspy.Prediction) or isinstance(out, dict):
-        score = out.get("score") if isinstance(out, dict) else getattr(out, "score", None)
-        feedback = (out.get("feedback") if isinstance(out, dict) else getattr(out, "feedback", "")) or ""
-    if isinstance(score, bool) or not isinstance(score, (int, float)):
-        return failure_score, f"The metric returned {score!r} instead of a number.", \
-            f"metric returned a non-numeric score {score!r}"
-    if math.isnan(score) or math.isinf(score):
-        return failure_score, "The metric returned a non-finite score.", f"metric returned {score!r}"
-    score = float(score)
-    return score, str(feedback) if feedback else f"This trajectory got a score of {score}.", None
 
 
 class Evaluator:
@@ -98,7 +45,7 @@ class Evaluator:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def evaluate(self, library: Library, rows: Sequence[Row], kind: str, tag: int = 0) -> tuple[RowResult, ...]:
+    def evaluate(self, library: Library, rows: Sequence[Row], kind: BudgetKind, tag: int = 0) -> tuple[RowResult, ...]:
         """Results for `rows` in order; uncached rows are executed in parallel and charged to `kind`.
         `tag` (the iteration) goes to the eval log so a resume can tell committed work from lost work."""
         key = library.content_hash
@@ -126,52 +73,8 @@ class Evaluator:
 
     def _score_and_log(self, program: RoutedProgram, row: Row, tag: int, key: str) -> RowResult:
         """Score one row and log it at once: a kill mid-batch must not hide calls already made."""
-        res = self._score_row(program, row)
+        res = score_example(program, row.example, self.metric, row_id=row.id, failure_score=self.failure_score,
+                            predictor_label=program.predictor_label)
         if self.on_new_result is not None:
             self.on_new_result(tag, key, res)
         return res
-
-    def _score_row(self, program: RoutedProgram, row: Row) -> RowResult:
-        with dspy.context(trace=[]):
-            try:
-                pred = program(**row.inputs)
-                error = None
-            except SpecialistRuntimeError as e:
-                pred, error = e, e.route.error
-            except Exception as e:  # fallback or router LM failure: a failed rollout, never a crash
-                pred, error = e, f"{type(e).__name__}: {_clip(str(e), 500)}"
-            steps = tuple(self._steps(program, dspy.settings.trace))
-        route = route_of(pred)
-        common = dict(row_id=row.id, selected=route.selected if route else None,
-                      executed=route.executed if route else None,
-                      fallback_reason=route.fallback_reason if route else None, steps=steps)
-        if error is not None:
-            return RowResult(score=self.failure_score, output=None, error=error,
-                             feedback=f"The program failed at run time, so it scored {self.failure_score}: {error}",
-                             **common)
-        try:
-            with role("metric"):
-                raw = self.metric(row.example, pred, None, None, None)
-        except Exception as e:
-            raw, note = None, f"metric raised {type(e).__name__}: {_clip(str(e), 300)}"
-        else:
-            note = None
-        score, feedback, bad = normalise_metric_output(raw, self.failure_score)
-        output = {k: _clip(v) for k, v in pred.items()} if isinstance(pred, dspy.Prediction) else {"output": _clip(pred)}
-        return RowResult(score=score, feedback=feedback, output=output, error=None,
-                         metric_note=note or bad, **common)
-
-    @staticmethod
-    def _steps(program: RoutedProgram, trace: list | None) -> list[dict[str, Any]]:
-        steps = []
-        for predictor, inputs, outputs in trace or []:
-            try:
-                out = dict(outputs.items())
-            except Exception:
-                out = {"output": outputs}
-            steps.append({
-                "predictor": program.predictor_label(predictor),
-                "inputs": {k: _clip(v, 800) for k, v in dict(inputs).items()},
-                "outputs": {k: _clip(v, 800) for k, v in out.items()},
-            })
-        return steps

@@ -7,8 +7,14 @@ import numpy as np
 from dspy.teleprompt.bootstrap_trace import FailedPrediction
 from dspy.teleprompt.gepa.gepa_flex_utils import enumerate_flex_submodules, evaluate_with_trace, rebind_flex_code
 
-from benchmarks.baselines import (HashedTfidfEmbedder, LabelRoutedProgram, SandboxedFlex, choose_clusters,
-                                  mop_from_spec, silhouette)
+from benchmarks.baselines import (
+    HashedTfidfEmbedder,
+    LabelRoutedProgram,
+    SandboxedFlex,
+    choose_clusters,
+    mop_from_spec,
+    silhouette,
+)
 from dspy_adaptive import route_of
 from dspy_adaptive.sandbox import SandboxPool
 from dspy_adaptive.testing import scripted_lm
@@ -80,3 +86,13 @@ def test_clustering_separates_two_obvious_groups_and_routes_by_nearest_centroid(
         pred = prog(request=texts[7])
     assert route_of(pred).executed == labels[7] + 1
     assert np.allclose(HashedTfidfEmbedder(256, emb.state()["idf"])(texts), X)
+
+
+def test_the_fpa_sandbox_note_lists_the_policy_allow_list():
+    import re
+
+    from benchmarks.baselines import SANDBOX_NOTE
+    from dspy_adaptive.sandbox import ALLOWED_MODULES
+
+    listed = re.search(r"Allowed imports: (.*?) -- ", SANDBOX_NOTE).group(1)
+    assert [m.strip() for m in listed.split(",")] == list(ALLOWED_MODULES)

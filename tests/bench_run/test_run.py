@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 
-import dspy
 import pytest
 
-from benchmarks import FAMILIES
 from benchmarks import run as bench
 from benchmarks.tables import FAMILY_TITLES
+from dspy_adaptive.tasks import FAMILIES
 from tests.conftest import SHARED_DATA
 
 TINY = ["--scripted", "--data", str(SHARED_DATA), "--sizes", "2,2,2", "--num-threads", "4", "--no-progress",
@@ -105,7 +104,7 @@ def test_missing_lms_give_a_clear_error(tmp_path):
 
 
 def test_parse_sizes():
-    assert bench.parse_sizes(["2,3,4"]) == {f: (2, 3, 4) for f in FAMILIES}
+    assert bench.parse_sizes(["2,3,4"]) == dict.fromkeys(FAMILIES, (2, 3, 4))
     assert bench.parse_sizes(["aime=1,1,1"]) == {"aime": (1, 1, 1)}
     assert bench.parse_sizes([]) is None
     with pytest.raises(SystemExit):

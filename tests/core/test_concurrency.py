@@ -60,7 +60,7 @@ def test_concurrent_accepted_children_are_all_archived():
 def _archive(score_rows):
     import dspy_adaptive.search.archive as A
     from dspy_adaptive.library import Library
-    from dspy_adaptive.search.evaluate import RowResult
+    from dspy_adaptive.records import RowResult
 
     arch = A.Archive(tuple(f"r{i}" for i in range(len(score_rows[0]))))
     for n, scores in enumerate(score_rows):
@@ -81,75 +81,75 @@ def test_selectable_is_what_the_selector_could_pick():
     assert picks <= ParetoSelector().selectable(arch) and picks == {1, 2}
 
 
+def _job(iteration, parent, archive_size):
+    from dspy_adaptive.search.inflight import Job
+
+    return Job(iteration, parent, (), (), archive_size=archive_size)
+
+
 def test_stale_rule_only_fires_when_something_newer_pushed_the_parent_out():
-    from dspy_adaptive.search.engine import Job, SearchEngine
-
-    arch = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1]])
-    engine = _fake_engine(arch)
-    stale = lambda parent, size: SearchEngine._stale(engine, Job(1, arch[parent], (), "", archive_size=size))
-    assert not stale(0, 3)          # nothing archived since the job started (always so at k=1)
-    assert stale(0, 1)              # candidate 1, archived meanwhile, dominates parent 0
-    assert not stale(1, 2)          # parent 1 is still on the front after candidate 2 arrived
-
-
-def _fake_engine(arch):
-    import threading
-    from types import SimpleNamespace
-
-    from dspy_adaptive.search.engine import SearchEngine
+    from dspy_adaptive.search.inflight import InFlight
     from dspy_adaptive.search.select import ParetoSelector
 
-    engine = SimpleNamespace(_archive_lock=threading.Lock(), archive=arch, selector=ParetoSelector(),
-                             _validating=set(), _selectable_memo=(None, -1, set()))
-    engine._pushed_out_locked = lambda job: SearchEngine._pushed_out_locked(engine, job)
-    engine._selectable_locked = lambda: SearchEngine._selectable_locked(engine)
-    return engine
+    arch = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1]])
+    in_flight = InFlight(ParetoSelector(), 2, arch)
+    assert not in_flight.stale(_job(1, arch[0], 3))   # nothing archived since the job started (always so at k=1)
+    assert in_flight.stale(_job(1, arch[0], 1))       # candidate 1, archived meanwhile, dominates parent 0
+    assert not in_flight.stale(_job(1, arch[1], 2))   # parent 1 is still on the front after candidate 2 arrived
 
 
 def test_a_doomed_job_frees_its_place_unless_it_already_committed_to_validation():
-    from dspy_adaptive.search.engine import Job, SearchEngine
+    from dspy_adaptive.search.inflight import InFlight
+    from dspy_adaptive.search.select import ParetoSelector
 
     arch = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1]])
-    engine = _fake_engine(arch)
-    pushed_out, on_front = Job(1, arch[0], (), "", archive_size=1), Job(2, arch[1], (), "", archive_size=2)
-    assert SearchEngine._doomed(engine, pushed_out) and not SearchEngine._doomed(engine, on_front)
-    # a job that passed its last check before candidate 1 arrived validates and is archived: it stays live
-    committed = Job(3, arch[0], (), "", archive_size=3)
-    assert not SearchEngine._stale(engine, committed, committing=True) and 3 in engine._validating
-    engine.archive = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1], [1, 1, 1]])   # now dominates everyone
-    assert not SearchEngine._doomed(engine, Job(3, engine.archive[0], (), "", archive_size=3))
-    assert SearchEngine._doomed(engine, Job(4, engine.archive[1], (), "", archive_size=3))
+    in_flight = InFlight(ParetoSelector(), 2, arch)
+    pushed_out, on_front = _job(1, arch[0], 1), _job(2, arch[1], 2)
+    assert in_flight.doomed(pushed_out) and not in_flight.doomed(on_front)
+    # a job that passed its last check before candidate 3 arrived validates and is archived: it stays live
+    committed = _job(3, arch[0], 3)
+    assert not in_flight.stale(committed, committing=True)
+    grown = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1], [1, 1, 1]])   # candidate 3 dominates everyone
+    in_flight.archive_changed(grown)
+    assert not in_flight.doomed(committed) and in_flight.stale(committed)
+    assert in_flight.doomed(_job(4, grown[1], 3))
 
 
-@pytest.mark.parametrize("strategy", ["pareto", "current_best"])
-def test_stale_jobs_stop_without_archiving_or_validating(strategy):
-    res = run(4, budget=200, candidate_selection_strategy=strategy)
-    stale = [p for p in res.proposals if p["kind"] == "stale"]
-    for p in stale:
-        assert not p["accepted"] and p["child_index"] is None
-    archived = [p["child_index"] for p in res.proposals if p["child_index"] is not None]
-    assert sorted(archived) == list(range(1, len(res.candidates)))
-    assert res.budget["by_kind"]["validation"] == 8 * len(archived)   # no validation was paid for a stale job
+def test_room_for_k_live_jobs_and_k_stopping_ones():
+    from concurrent.futures import Future
+
+    from dspy_adaptive.search.inflight import InFlight
+    from dspy_adaptive.search.select import ParetoSelector
+
+    arch = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1]])
+    in_flight = InFlight(ParetoSelector(), 2, arch)
+    assert in_flight.has_room() and len(in_flight) == 0
+    live = [Future(), Future()]
+    for i, f in enumerate(live):
+        in_flight.add(f, _job(i, arch[1], 3))
+    assert not in_flight.has_room()                  # k = 2 live jobs
+    in_flight.add(Future(), _job(2, arch[0], 1))     # doomed: parent 0 was pushed out since it started
+    in_flight.add(Future(), _job(3, arch[0], 1))
+    assert len(in_flight) == 4 and not in_flight.has_room()   # 2k jobs in all
+    live[1].set_result("done")
+    live[0].set_result("done")
+    assert in_flight.wait() == live                  # finished jobs come back in iteration order
+    assert len(in_flight) == 2 and in_flight.has_room()
 
 
 @pytest.mark.parametrize("strategy, words", [("pareto", "parent 0 left the Pareto front"),
                                              ("current_best", "parent 0 is no longer the best candidate")])
 def test_a_stale_record_says_why_in_the_selectors_terms(strategy, words):
-    from types import SimpleNamespace
-
-    from dspy_adaptive.search.engine import Job, JobOutcome, SearchEngine
+    from dspy_adaptive.search.inflight import InFlight
     from dspy_adaptive.search.select import make_selector
 
     arch = _archive([[0, 1, 0], [1, 1, 0]])
-    engine = SimpleNamespace(selector=make_selector(strategy), _record=lambda **fields: fields)
-    out = JobOutcome(Job(3, arch[0], (), "", archive_size=1), (), None, None, None, stopped="before reflection")
-    record = SearchEngine._fold(engine, out)
-    assert record["kind"] == "stale" and not record["accepted"]
-    assert record["reason"] == f"{words} while this proposal was in flight; stopped before reflection"
+    reason = InFlight(make_selector(strategy), 2, arch).stale_reason(_job(3, arch[0], 1), "before reflection")
+    assert reason == f"{words} while this proposal was in flight; stopped before reflection"
 
 
 def test_the_selectable_set_is_computed_once_per_archive_state():
-    from dspy_adaptive.search.engine import Job, SearchEngine
+    from dspy_adaptive.search.inflight import InFlight
     from dspy_adaptive.search.select import ParetoSelector
 
     class Counting(ParetoSelector):
@@ -160,11 +160,24 @@ def test_the_selectable_set_is_computed_once_per_archive_state():
             return super().selectable(archive)
 
     arch = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1]])
-    engine = _fake_engine(arch)
-    engine.selector = Counting()
-    jobs = [Job(i, arch[i % 3], (), "", archive_size=1) for i in range(6)]
-    assert [SearchEngine._doomed(engine, j) for j in jobs] == [True, False, False] * 2
-    assert Counting.calls == 1                      # six jobs asked, one computation
-    engine.archive = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1], [1, 1, 1]])
-    assert SearchEngine._doomed(engine, Job(7, engine.archive[1], (), "", archive_size=3))
+    in_flight = InFlight(Counting(), 2, arch)
+    jobs = [_job(i, arch[i % 3], 1) for i in range(6)]
+    assert [in_flight.doomed(j) for j in jobs] == [True, False, False] * 2
+    assert [in_flight.stale(j) for j in jobs] == [True, False, False] * 2
+    assert Counting.calls == 1                      # twelve questions, one computation
+    grown = _archive([[0, 1, 0], [1, 1, 0], [0, 0, 1], [1, 1, 1]])
+    in_flight.archive_changed(grown)
+    assert in_flight.doomed(_job(7, grown[1], 3))
     assert Counting.calls == 2                      # the archive changed: recomputed
+
+
+@pytest.mark.parametrize("strategy", ["pareto", "current_best"])
+def test_stale_jobs_stop_without_archiving_or_validating(strategy):
+    res = run(4, budget=200, candidate_selection_strategy=strategy)
+    stale = [p for p in res.proposals if p["kind"] == "stale"]
+    for p in stale:
+        assert not p["accepted"] and p["child_index"] is None and p["failure"] == "stale"
+        assert " while this proposal was in flight; stopped before " in p["reason"]
+    archived = [p["child_index"] for p in res.proposals if p["child_index"] is not None]
+    assert sorted(archived) == list(range(1, len(res.candidates)))
+    assert res.budget["by_kind"]["validation"] == 8 * len(archived)   # no validation was paid for a stale job

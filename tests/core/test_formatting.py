@@ -39,7 +39,7 @@ def test_the_system_message_is_built_once_per_signature(monkeypatch):
     memo = memoized(dspy.ChatAdapter())
     for _ in range(5):
         for sig in SIGS[:2]:
-            memo.format(sig, [], {k: "x" for k in sig.input_fields})
+            memo.format(sig, [], dict.fromkeys(sig.input_fields, "x"))
     assert built == SIGS[:2]
 
 

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -24,7 +25,7 @@ def test_json_round_trip_is_lossless_and_hash_stable():
 
 def test_frozen_and_hashable():
     lib = Library.empty(2)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         lib.router = "x"  # type: ignore[misc]
     assert {lib: 1}[Library.empty(2)] == 1
 

@@ -1,5 +1,6 @@
 """The merge step on a hand-built archive: alignment re-slots a colliding role, the 5-row gate, and the
-post-merge cleanup (unselected specialists deactivated, program text kept, archived scores pre-cleanup)."""
+post-merge cleanup (unselected specialists deactivated, program text kept, archived scores pre-cleanup).
+The proposer only proposes: the engine validates, archives and records."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import dspy
 
 from dspy_adaptive import Library, RoutedProgram, Slot
 from dspy_adaptive.data import make_rows
+from dspy_adaptive.merge.proposer import MergeProposer, MergeState
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.search.budget import Budget
 from dspy_adaptive.search.engine import SearchEngine, SearchSettings
 from dspy_adaptive.search.evaluate import Evaluator
-from dspy_adaptive.search.merge_step import Merger
 from dspy_adaptive.search.sampling import uniform_sampler
 from dspy_adaptive.search.select import ParetoSelector
 from dspy_adaptive.usage import UsageMeter
@@ -26,21 +27,22 @@ def test_merge_reslots_cleans_up_and_keeps_measured_scores():
     base = RoutedProgram(dspy.Predict("question -> answer"), Library.empty(3), fast_lm=lm, deep_lm=lm)
     budget = Budget(10_000)
     evaluator = Evaluator(base, toy.metric, budget)
-    engine = SearchEngine(settings=SearchSettings(max_metric_calls=10_000, use_merge=True), seed_library=Library.empty(3),
+    engine = SearchEngine(settings=SearchSettings(use_merge=True), seed_library=Library.empty(3),
                           train=val, val=val, evaluator=evaluator,
                           reflector=Reflector(lm, input_names=("question",), output_names=("answer",)),
                           selector=ParetoSelector(), sampler=uniform_sampler, budget=budget, meter=UsageMeter(),
-                          store=None, fingerprint="test", merger=Merger())
+                          store=None, fingerprint="test", merger=MergeProposer())
     seed = Library.empty(3)
     a = (seed.with_slot(1, Slot().activated(toy.ARITH_DESCRIPTION, toy.ADD_SOURCE, "fast"))
              .with_slot(3, Slot().activated(USELESS, toy.WRONG_SOURCE, "deep")))
     b = seed.with_slot(1, Slot().activated(toy.REV_DESCRIPTION, toy.REV_SOURCE, "fast"))
     with dspy.context(lm=lm):
         for lib, parents in ((seed, ()), (a, (0,)), (b, (0,))):
-            engine.archive.add(lib, parents, "test", evaluator.evaluate(lib, val, "validation"), budget.spent, 0)
+            engine.add_to_archive(lib, parents, "test", evaluator.evaluate(lib, val, "validation"), 0)
         spent = budget.spent
-        record = Merger().run(engine)
-    assert record is not None and record.kind == "merge" and record.accepted
+        record = engine.merge_step()
+    assert record is not None and record.kind == "merge" and record.accepted and record.failure is None
+    assert engine.merge_state == MergeState(invocations=1, accepted_since=0, tried=((1, 2),))
     assert budget.report().by_kind["merge_check"] == 5 and len(record.minibatch) == 5
     child = engine.archive[record.child_index]
     roles = {child.library.slot(k).description: k for k in child.library.active_ids()}
@@ -55,3 +57,35 @@ def test_merge_reslots_cleans_up_and_keeps_measured_scores():
     assert child.scores == measured and len(measured) == len(val)
     assert child.library.content_hash == record.child_hash != measured_hash
     assert budget.spent == spent + len(val)   # 5 gate rows + the other rows; gate rows are not re-charged
+
+
+def test_the_proposer_proposes_and_never_touches_the_archive():
+    import random
+
+    from dspy_adaptive.search.archive import Archive
+
+    lm = toy.scripted_lm(toy.router3_respond)
+    val = make_rows(toy.make_examples3(3, offset=100), "valset")
+    base = RoutedProgram(dspy.Predict("question -> answer"), Library.empty(3), fast_lm=lm, deep_lm=lm)
+    budget = Budget(10_000)
+    evaluator = Evaluator(base, toy.metric, budget)
+    seed = Library.empty(3)
+    a = seed.with_slot(1, Slot().activated(toy.ARITH_DESCRIPTION, toy.ADD_SOURCE, "fast"))
+    b = seed.with_slot(1, Slot().activated(toy.REV_DESCRIPTION, toy.REV_SOURCE, "fast"))
+    archive = Archive(tuple(r.id for r in val))
+    with dspy.context(lm=lm):
+        for lib, parents in ((seed, ()), (a, (0,)), (b, (0,))):
+            archive.add(lib, parents, "test", evaluator.evaluate(lib, val, "validation"), budget.spent, 0)
+        by_id = {r.id: r for r in val}
+        checked = []
+
+        def check(library, row_ids):
+            checked.append(list(row_ids))
+            return evaluator.evaluate(library, [by_id[i] for i in row_ids], "merge_check")
+
+        proposal = MergeProposer().propose(archive, MergeState(), random.Random(0), check)
+        assert proposal is not None and proposal.parents == (1, 2) and proposal.passed
+        assert checked == [list(proposal.gate_rows)] and len(archive) == 3        # nothing archived
+        assert proposal.child_sum >= max(proposal.parent_sums)
+        # a pair already tried is not proposed again
+        assert MergeProposer().propose(archive, MergeState().started((2, 1)), random.Random(0), check) is None

@@ -3,8 +3,8 @@ import math
 import dspy
 import pytest
 
+from dspy_adaptive.scoring import normalise_metric_output
 from dspy_adaptive.search.budget import Budget
-from dspy_adaptive.search.evaluate import normalise_metric_output
 
 
 @pytest.mark.parametrize("out, score, note", [

@@ -101,10 +101,10 @@ def test_reflection_never_sees_validation_rows_or_labels(data):
 def test_action_selection_and_program_rewrite_respect_table6(data):
     train, val = data
     sibling_marker = "SIBLING_SECRET_MARKER"
-    from dspy_adaptive.library import Library, Slot
-    from dspy_adaptive.reflection.propose import Reflector
-    from dspy_adaptive.search.evaluate import RowResult
     from dspy_adaptive.data import make_rows
+    from dspy_adaptive.library import Library, Slot
+    from dspy_adaptive.records import RowResult
+    from dspy_adaptive.reflection.propose import Reflector
 
     lib = (Library.empty(3)
            .with_slot(1, Slot().activated(toy.ARITH_DESCRIPTION, toy.ADD_SOURCE, "fast"))
@@ -113,7 +113,7 @@ def test_action_selection_and_program_rewrite_respect_table6(data):
     reflector = Reflector(refl, input_names=("question",), output_names=("answer",))
     rows = list(make_rows(train, "trainset"))[:2]
     results = [RowResult(r.id, 0.0, "wrong", {"answer": "x"}, 1, 1, None, None, ()) for r in rows]
-    edit = reflector.propose(lib, rows, results, history="")
+    edit = reflector.propose(lib, rows, results)
     assert not edit.rejected and edit.action == "rewrite_program" and edit.slot == 1
     select_prompt, rewrite_prompt = refl.scripted.prompts()
     assert "class Adder" not in select_prompt and sibling_marker not in select_prompt   # no source at all
@@ -134,6 +134,10 @@ def test_bad_reflections_are_recorded_rejections(data, kind):
     expected = {"malformed": "action selection failed", "impossible_target": "not active",
                 "sandbox_rejected": "rejected by the sandbox"}[kind]
     assert all(expected in p["reason"] for p in reflect)
+    failure = {"malformed": "selection_failed", "impossible_target": "invalid_target",
+               "sandbox_rejected": "sandbox_rejected"}[kind]
+    assert {p["failure"] for p in reflect} == {failure}                  # reports count this typed field
+    assert res.faults["failed_reflections"] == (len(reflect) if kind == "malformed" else 0)
     if kind == "sandbox_rejected":
         assert "os" in reflect[0]["reason"]
         assert "import os" in reflect[0]["details"]["rejected_source"]   # kept for people reading the run
@@ -205,3 +209,27 @@ def test_run_record_files(data, tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "Proposals by action" in report and toy.ARITH_DESCRIPTION in report
     assert (tmp_path / "learning_curve.png").stat().st_size > 1000
+
+
+def test_resume_refuses_a_state_of_another_version(data, tmp_path):
+    train, val = data
+    optimizer(toy.reflection_lm(), max_metric_calls=30, log_dir=str(tmp_path)).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val)
+    state = json.loads((tmp_path / "state.json").read_text())
+    (tmp_path / "state.json").write_text(json.dumps(dict(state, version=99)))
+    with pytest.raises(RuntimeError, match="state version 99, but this dspy_adaptive reads version 1"):
+        optimizer(toy.reflection_lm(), max_metric_calls=30, log_dir=str(tmp_path)).compile(
+            dspy.Predict("question -> answer"), trainset=train, valset=val)
+
+
+def test_the_result_is_built_from_the_saved_state(data, tmp_path):
+    from dspy_adaptive.records import RowResult
+    from dspy_adaptive.results import AdaptiveGEPAResult
+
+    train, val = data
+    res = optimizer(toy.reflection_lm(), log_dir=str(tmp_path)).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
+    state = json.loads((tmp_path / "state.json").read_text())
+    evals = [RowResult.from_dict(json.loads(line)["result"]) for line in open(tmp_path / "evals.jsonl")]
+    again = AdaptiveGEPAResult.from_state(state, row_results=evals, schedule=res.schedule, log_dir=str(tmp_path))
+    assert again == res

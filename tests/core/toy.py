@@ -128,7 +128,8 @@ def make_examples3(n_each: int, offset: int = 0) -> list[dspy.Example]:
     out = []
     for i in range(offset, offset + n_each):
         word = "".join(chr(97 + (i * 5 + j) % 26) for j in range(5))
-        out.append(dspy.Example(id=f"a{i}", question=f"add: {i} {i + 3}", answer=str(2 * i + 3)).with_inputs("question"))
+        out.append(dspy.Example(id=f"a{i}", question=f"add: {i} {i + 3}", answer=str(2 * i + 3))
+                   .with_inputs("question"))
         out.append(dspy.Example(id=f"r{i}", question=f"reverse: {word}", answer=word[::-1]).with_inputs("question"))
         # two caps words the scripted router misroutes ("add"/"rev" inside): each specialist hurts one row, so
         # the seed stays on the Pareto front until both branches exist

@@ -69,7 +69,8 @@ def _ex(**kw):
 CASES = [
     Case("metric not callable", lambda lm, t: AdaptiveGEPA("accuracy", reflection_lm=lm, max_metric_calls=9),
          ValueError, r"metric must be callable", r"callable"),
-    Case("metric with two arguments", lambda lm, t: AdaptiveGEPA(lambda g, p: 1.0, reflection_lm=lm, max_metric_calls=9),
+    Case("metric with two arguments",
+         lambda lm, t: AdaptiveGEPA(lambda g, p: 1.0, reflection_lm=lm, max_metric_calls=9),
          ValueError, r"five arguments", r"def metric\(gold, pred, trace=None"),
     Case("no budget", lambda lm, t: _opt(lm, max_metric_calls=None), ValueError,
          r"exactly one of auto, max_full_evals, max_metric_calls", r"Set exactly one"),

@@ -217,7 +217,8 @@ def run_hostile_search(tmp: Path, *, budget: int | None = None, limit: int | Non
         if p["accepted"] or any(m["source"].strip() in s for s in archived_sources):
             won.append(stem)
         if p["child_hash"] is None:          # rejected before running: must be the policy, with a reason
-            ok = bool(p["reason"]) and "rejected by the sandbox" in p["reason"] and re.search(r"line \d+: ", p["reason"])
+            ok = (p["failure"] == "sandbox_rejected" and "rejected by the sandbox" in p["reason"]
+                  and re.search(r"line \d+: ", p["reason"]))
             info["outcome"] = "rejected" if ok else "rejected-without-policy-reason"
             rejected += bool(ok)
             if not ok:

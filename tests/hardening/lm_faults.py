@@ -22,7 +22,6 @@ to the predictor call (dspy.Predict) during which it was drawn, and classifies i
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections import Counter
@@ -31,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+import dspy.clients.execution as dspy_execution
 from dspy.utils.callback import BaseCallback
 
-import dspy.clients.execution as dspy_execution
 from dspy_adaptive import AdaptiveGEPA, SandboxSettings
 from dspy_adaptive.faults import faulty_lm
+from dspy_adaptive.records import REFLECTION_ERRORS
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.testing import scripted_lm
 from tests.core import toy
@@ -238,7 +238,8 @@ def run_with_faults(log_dir: Path, *, rate: float = 0.1, num_retries: int = 3, b
             opt = AdaptiveGEPA(counting_metric, reflection_lm=lms["reflection"], fast_lm=lms["fast"],
                                deep_lm=lms["deep"], max_metric_calls=budget, reflection_minibatch_size=4, seed=seed,
                                use_merge=False, skip_perfect_score=False, route_memo=False, track_stats=True,
-                               progress=False, log_dir=str(log_dir), sandbox=SandboxSettings(timeout=5.0, memory_mb=256))
+                               progress=False, log_dir=str(log_dir),
+                               sandbox=SandboxSettings(timeout=5.0, memory_mb=256))
             routed = opt.compile(dspy.Predict("question -> answer"), trainset=toy.make_examples(4),
                                  valset=toy.make_examples(4, offset=100))
             routed.close()
@@ -277,7 +278,7 @@ def run_with_faults(log_dir: Path, *, rate: float = 0.1, num_retries: int = 3, b
                 unexplained += 1
             if rec.role == "reflection":
                 edit = episodes[rec.episode]
-                if not (edit.rejected and " failed: " in (edit.reason or "")):
+                if not (edit.rejected and edit.failure in REFLECTION_ERRORS):
                     problems.append(f"a failed reflection call did not become a recorded rejection: {edit}")
 
     # what the run record shows, per role
@@ -294,7 +295,8 @@ def run_with_faults(log_dir: Path, *, rate: float = 0.1, num_retries: int = 3, b
             problems.append(f"{role_name}: {surfaced_by_role.get(role_name, 0)} failed predictor calls but the run "
                             f"record shows {records_by_role.get(role_name, 0)}")
     if res.faults["failed_rollouts"] != len(failed):
-        problems.append(f"run.json faults.failed_rollouts={res.faults['failed_rollouts']} but {len(failed)} failed rows")
+        problems.append(f"run.json faults.failed_rollouts={res.faults['failed_rollouts']} but "
+                        f"{len(failed)} failed rows")
     if any(p["accepted"] and p["kind"] == "reflect" and p["child_sum"] <= p["parent_sum"] for p in res.proposals):
         problems.append("a child was accepted without beating its parent")
     return FaultOutcome(

@@ -33,20 +33,22 @@ SANDBOX_TESTS = ROOT_DIR / "tests" / "sandbox"
 if str(SANDBOX_TESTS) not in sys.path:
     sys.path.insert(0, str(SANDBOX_TESTS))
 
+from sandbox_helpers import SECRET, FakeBridge, unchecked  # noqa: E402
+
 from dspy_adaptive.sandbox import Layers, SandboxPool, SpecialistError, compile_program  # noqa: E402
 from dspy_adaptive.sandbox.compiler import source_hash  # noqa: E402
 from dspy_adaptive.sandbox.isolation import landlock_abi, seccomp_available  # noqa: E402
-from sandbox_helpers import SECRET, FakeBridge, unchecked  # noqa: E402
 
 HOSTILE = sorted((SANDBOX_TESTS / "hostile").glob("*.py"))
-TRIVIAL = compile_program("class S(dspy.Module):\n    def forward(self, x):\n        return dspy.Prediction(answer=x)\n").program
+TRIVIAL = compile_program(
+    "class S(dspy.Module):\n    def forward(self, x):\n        return dspy.Prediction(answer=x)\n").program
 CLASSES = ("rejected", "contained", "escaped", "host-broken")
 
 
 @dataclass
 class Row:
     family: str
-    counts: dict[str, int] = field(default_factory=lambda: {c: 0 for c in CLASSES})
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -131,11 +133,12 @@ def corpus_rows(tmp: Path) -> list[Row]:
                     if not res.ok:
                         row.add("rejected")
                         continue
-                    state, out, note = _guarded(lambda: pool.run(res.program, inputs, FakeBridge()), pool)
+                    state, out, note = _guarded(lambda p=pool, r=res: p.run(r.program, inputs, FakeBridge()), pool)
                     _classify(row, state, out, note, canary, path.stem)
                 if not res.ok and expect == "rejected":
-                    state, out, note = _guarded(lambda: full._execute(src, "bypass-" + source_hash(src), "Solver",
-                                                                      inputs, FakeBridge(), True), full)
+                    def bypass(s=src):
+                        return full._execute(s, "bypass-" + source_hash(s), "Solver", inputs, FakeBridge(), True)
+                    state, out, note = _guarded(bypass, full)
                     _classify(rows[2], state, out, note, canary, path.stem)
         finally:
             full.close()
@@ -182,7 +185,7 @@ def os_rows(tmp: Path) -> list[Row]:
                 pool = SandboxPool(max_workers=1, timeout=5, memory_mb=512, layers=layers)
                 try:
                     received = len(targets.received)
-                    state, out, note = _guarded(lambda: pool._run_unchecked(targets.source(), {}), pool)
+                    state, out, note = _guarded(lambda p=pool: p._run_unchecked(targets.source(), {}), pool)
                 finally:
                     pool.close()
             if state == "host-broken" or not hasattr(out, "outputs"):
@@ -212,8 +215,8 @@ def bridge_row() -> Row:
         warnings.simplefilter("ignore", RuntimeWarning)
         pool = SandboxPool(max_workers=1, timeout=10, tool_names=("search",), layers=Layers.none())
         try:
-            state, out, note = _guarded(lambda: pool._run_unchecked(unchecked(RAW.replace("MESSAGES", repr(ATTACK_FRAMES))),
-                                                                    {}, bridge), pool)
+            src = unchecked(RAW.replace("MESSAGES", repr(ATTACK_FRAMES)))
+            state, out, note = _guarded(lambda: pool._run_unchecked(src, {}, bridge), pool)
         finally:
             pool.close()
     if state == "host-broken" or not hasattr(out, "outputs"):

@@ -22,7 +22,8 @@ def test_metric_faults_are_handled_and_recorded(tmp_path):
     assert m["metric"]["bad_return"] >= len(BAD_RETURNS) and m["metric"]["raised"] >= 1
     # every None / NaN / str / inf return and every raise is one recorded metric fault, scored failure_score
     assert m["faults"]["metric_faults"] == m["metric"]["bad_return"] + m["metric"]["raised"]
-    assert m["notes"].get("returned", 0) == m["metric"]["bad_return"] and m["notes"].get("raised") == m["metric"]["raised"]
+    assert m["notes"].get("returned", 0) == m["metric"]["bad_return"]
+    assert m["notes"].get("raised") == m["metric"]["raised"]
     assert m["bad_scores"] == [0.0]
     # out-of-range (above perfect_score) is kept as a measurement, by design (negative utilities are real)
     assert m["out_of_range_scores"] == [7.0]

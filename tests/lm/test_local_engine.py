@@ -198,8 +198,9 @@ def test_context_overflow_maps_to_context_length_error():
 
 
 def test_non_text_roles_rejected():
-    from dspy_adaptive.lm import to_chat_messages
     from dspy.lm15 import Config, Message, Request, TextPart
+
+    from dspy_adaptive.lm import to_chat_messages
 
     req = Request(model="local/x", messages=(Message.user([TextPart("hi")]),), system="sys", config=Config())
     assert to_chat_messages(req) == [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]

@@ -26,4 +26,4 @@ def view(library: Library, val_mean: float, fp=None, scores=None) -> ParentView:
 
 
 def const_scores(row_set, value: float) -> dict[str, float]:
-    return {r: value for r in row_set}
+    return dict.fromkeys(row_set, value)

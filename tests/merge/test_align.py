@@ -1,7 +1,6 @@
 import pytest
 
 from dspy_adaptive.merge import align
-
 from tests.merge.builders import rows
 
 

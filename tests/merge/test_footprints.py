@@ -1,7 +1,6 @@
 import json
 
 from dspy_adaptive.merge import footprints, jaccard_matrix, selected_slots
-
 from tests.merge.builders import lib, spec
 
 L = lib(spec("math"), None, spec("retrieval"))

@@ -2,7 +2,6 @@ import random
 
 from dspy_adaptive.library import INACTIVE, Library
 from dspy_adaptive.merge import classify_child, cleanup, gate_passes, select_gate_rows
-
 from tests.merge.builders import lib, spec
 
 A_SCORES = {"a1": 1, "a2": 1, "a3": 1, "b1": 0, "b2": 0, "b3": 0, "t1": .5, "t2": .5, "t3": .5, "only_a": 1}
@@ -27,7 +26,7 @@ def test_gate_rows_deterministic_for_a_seed_and_independent_of_dict_order():
 def test_gate_rows_fewer_when_fewer_exist_and_empty_buckets():
     got = select_gate_rows({"x": 1, "y": 1}, {"x": 0, "y": 1, "z": 0}, random.Random(0))
     assert sorted(got) == ["x", "y"]
-    only_ties = select_gate_rows({r: 1 for r in "abcdefg"}, {r: 1 for r in "abcdefg"}, random.Random(0), n=3)
+    only_ties = select_gate_rows(dict.fromkeys("abcdefg", 1), dict.fromkeys("abcdefg", 1), random.Random(0), n=3)
     assert len(only_ties) == 3
     assert select_gate_rows({}, {"x": 1}, random.Random(0)) == ()
 

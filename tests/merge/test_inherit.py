@@ -5,9 +5,13 @@ import pytest
 
 from dspy_adaptive.library import Library
 from dspy_adaptive.merge import (
-    aggregate_rule, classify_child, decide_pair, index_merge, merge, resolve_conflict,
+    aggregate_rule,
+    classify_child,
+    decide_pair,
+    index_merge,
+    merge,
+    resolve_conflict,
 )
-
 from tests.merge.builders import const_scores, lib, spec, view
 
 EMPTY2 = Library.empty(2, router="anc")

@@ -1,7 +1,7 @@
 import random
 
-from dspy_adaptive.merge import LineageNode, ancestors, eligible_pairs, find_merge_pair, has_desirable_component
-
+from dspy_adaptive.merge import LineageNode, eligible_pairs, find_merge_pair, has_desirable_component
+from dspy_adaptive.records import ancestors
 from tests.merge.builders import lib, spec
 
 SEED = lib(k=3, router="r0")
@@ -13,8 +13,10 @@ NODES = [LineageNode(0, (), SEED, .40), LineageNode(1, (0,), N1, .50), LineageNo
 
 
 def test_ancestors_transitive():
-    by = {n.index: n for n in NODES}
-    assert ancestors(by, 3) == {0, 1} and ancestors(by, 0) == frozenset()
+    parents = {n.index: n.parents for n in NODES}
+    assert ancestors(parents, 3) == {0, 1} and ancestors(parents, 0) == frozenset()
+    assert ancestors([n.parents for n in NODES], 3) == {0, 1}          # a list indexed by candidate works too
+    assert ancestors({5: (4,), 4: (9,)}, 5) == {4, 9}                  # unknown parents are not walked further
 
 
 def test_eligible_pairs_exclude_ancestor_relations():

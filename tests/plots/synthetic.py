@@ -20,7 +20,8 @@ ROWS = ["a0", "a1", "a2", "a3", "c0", "c1", "c2", "c3"]
 LABELS = {r: ("arith" if r.startswith("a") else "caps") for r in ROWS}
 
 ADD_SRC = "class Adder(dspy.Module):\n    def forward(self, question):\n        return dspy.Prediction(answer='5')\n"
-CAPS_SRC = "class Caps(dspy.Module):\n    def forward(self, question):\n        return dspy.Prediction(answer=question.upper())\n"
+CAPS_SRC = ("class Caps(dspy.Module):\n    def forward(self, question):\n"
+            "        return dspy.Prediction(answer=question.upper())\n")
 
 
 def _lib(*slots: tuple[int, str, str, str], router: str | None = None) -> Library:

@@ -15,6 +15,7 @@ import warnings
 
 import dspy
 import pytest
+from sandbox_helpers import SECRET, FakeBridge, unchecked
 
 from dspy_adaptive import Library, RoutedProgram, Slot
 from dspy_adaptive.sandbox import BridgeLimits, BridgeRefused, Layers, PredictorCache, SandboxPool, SpecialistError
@@ -28,7 +29,6 @@ from dspy_adaptive.sandbox.bridge import (
 )
 from dspy_adaptive.sandbox.signature import SignatureError, parse_signature
 from dspy_adaptive.testing import scripted_lm
-from sandbox_helpers import SECRET, FakeBridge, unchecked
 
 
 # ----------------------------------------------------------------------------------------- the grammar
@@ -110,11 +110,13 @@ def test_deep_nesting_is_refused_without_recursion():
 
 def test_a_valid_request():
     r = parse_predict(req(signature="q: int -> a", instructions="Be brief.", inputs={"q": 3}))
-    assert isinstance(r, PredictRequest) and r.inputs == {"q": 3} and r.key == ("p", "Predict", "q: int -> a: str", "Be brief.")
+    assert isinstance(r, PredictRequest) and r.inputs == {"q": 3}
+    assert r.key == ("p", "Predict", "q: int -> a: str", "Be brief.")
 
 
 def test_tool_requests():
-    assert parse_tool({"name": "search", "kwargs": {"query": "x", "k": 3}}, ("search",)).kwargs == {"query": "x", "k": 3}
+    ok = parse_tool({"name": "search", "kwargs": {"query": "x", "k": 3}}, ("search",))
+    assert ok.kwargs == {"query": "x", "k": 3}
     with pytest.raises(BridgeRefused, match="no tool named"):
         parse_tool({"name": "open", "kwargs": {}}, ("search",))
     with pytest.raises(BridgeRefused, match="keyword arguments"):
@@ -247,7 +249,8 @@ def test_an_honest_specialist_still_works_end_to_end():
               '    answer: int = dspy.OutputField()\n\n'
               "class Solver(dspy.Module):\n    def __init__(self):\n        super().__init__()\n"
               "        self.qa = dspy.ChainOfThought(QA)\n\n"
-              "    def forward(self, question):\n        return dspy.Prediction(answer=self.qa(question=question).answer)\n")
+              "    def forward(self, question):\n"
+              "        return dspy.Prediction(answer=self.qa(question=question).answer)\n")
     routed = routed_with(source, lm)
     try:
         with dspy.context(lm=lm):

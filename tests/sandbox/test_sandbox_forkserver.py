@@ -9,10 +9,9 @@ import signal
 import time
 
 import pytest
-
-from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
-from dspy_adaptive.sandbox import forkserver
 from sandbox_helpers import SECRET, FakeBridge, unchecked
+
+from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program, forkserver
 
 pytestmark = pytest.mark.skipif(not forkserver.available(), reason="fork server needs Linux pidfds")
 
@@ -30,7 +29,8 @@ return dspy.Prediction(env=dict(os.environ), uid=os.getuid(), gid=os.getgid(), g
                        pid=os.getpid(), no_site=sys.flags.no_site, site_loaded="site" in sys.modules,
                        editable_finder=any("editable" in k for k in sys.modules))
 ''')
-TRIVIAL = compile_program("class S(dspy.Module):\n    def forward(self, x):\n        return dspy.Prediction(answer=x)\n").program
+TRIVIAL = compile_program(
+    "class S(dspy.Module):\n    def forward(self, x):\n        return dspy.Prediction(answer=x)\n").program
 
 
 def _probe(method: str) -> dict:

@@ -15,11 +15,11 @@ import re
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import SECRET, FakeBridge
 
 from dspy_adaptive.sandbox import SpecialistError, compile_program
 from dspy_adaptive.sandbox.compiler import source_hash
 from dspy_adaptive.sandbox.errors import KINDS
-from sandbox_helpers import SECRET, FakeBridge
 
 HOSTILE = sorted((Path(__file__).parent / "hostile").glob("*.py"))
 

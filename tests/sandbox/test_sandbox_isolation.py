@@ -17,12 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
 from sandbox_helpers import SECRET, FakeBridge, unchecked
 
+from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
+
 ROOT = os.getuid() == 0
-TRIVIAL = compile_program("class S(dspy.Module):\n    def forward(self, x):\n        return dspy.Prediction(answer=x)\n").program
+TRIVIAL = compile_program(
+    "class S(dspy.Module):\n    def forward(self, x):\n        return dspy.Prediction(answer=x)\n").program
 
 
 def test_env_is_scrubbed(pool):
@@ -47,10 +48,12 @@ STATE_SETTERS = {
     "decimal.DefaultContext": ("import decimal\ndecimal.DefaultContext.prec = 3",
                                "import decimal\nreturn dspy.Prediction(seen=[str(decimal.DefaultContext.prec)])"),
     "abc registry": ("import collections.abc\ncollections.abc.Sequence.register(int)",
-                     "import collections.abc\nreturn dspy.Prediction(seen=[str(issubclass(int, collections.abc.Sequence))])"),
+                     "import collections.abc\n"
+                     "return dspy.Prediction(seen=[str(issubclass(int, collections.abc.Sequence))])"),
     "overload registry": ("import typing\n@typing.overload\ndef leaked(a: int) -> int: ...\nsys.modules['leak'] = x",
                           "return dspy.Prediction(seen=[str(sys.modules.get('leak'))])"),
-    "patched shim": ("dspy.Prediction.leak = x", "return dspy.Prediction(seen=[str(getattr(dspy.Prediction, 'leak', None))])"),
+    "patched shim": ("dspy.Prediction.leak = x",
+                     "return dspy.Prediction(seen=[str(getattr(dspy.Prediction, 'leak', None))])"),
 }
 
 
@@ -58,7 +61,8 @@ STATE_SETTERS = {
 def test_no_state_survives_a_request_even_without_the_policy(pool, name):
     setter, reader = STATE_SETTERS[name]
     try:
-        pool._run_unchecked(unchecked(setter + "\nreturn dspy.Prediction(ok=1)", args="x"), {"x": "secret-from-request-1"})
+        pool._run_unchecked(unchecked(setter + "\nreturn dspy.Prediction(ok=1)", args="x"),
+                            {"x": "secret-from-request-1"})
     except SpecialistError:
         pass   # whether or not the setter succeeded, the next request must not see it
     out = pool._run_unchecked(unchecked(reader), {}).outputs
@@ -143,8 +147,9 @@ class SlowBridge(FakeBridge):
         return super().predict(request)
 
 
-LOOPING_CALLER = compile_program("class S(dspy.Module):\n    def forward(self, x):\n        p = dspy.Predict('x -> y')\n"
-                                 "        for i in range(4):\n            p(x=x)\n        return dspy.Prediction(a=1)\n").program
+LOOPING_CALLER = compile_program(
+    "class S(dspy.Module):\n    def forward(self, x):\n        p = dspy.Predict('x -> y')\n"
+    "        for i in range(4):\n            p(x=x)\n        return dspy.Prediction(a=1)\n").program
 
 
 def test_compute_timeout_excludes_bridge_time():

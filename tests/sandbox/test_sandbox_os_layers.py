@@ -17,10 +17,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import SECRET, attack_source
 
 from dspy_adaptive.sandbox import Layers, SandboxPool, SpecialistError
 from dspy_adaptive.sandbox.isolation import landlock_abi, seccomp_available
-from sandbox_helpers import SECRET, attack_source
 
 ROOT = os.getuid() == 0
 ABI = landlock_abi()

@@ -38,7 +38,8 @@ def test_import_dspy_and_helpers_constants_allowed():
            '    answer: str = dspy.OutputField()\n\n'
            'class Solver(dspy.Module):\n    def __init__(self):\n        super().__init__()\n'
            '        self.p = dspy.Predict(QA)\n\n    @staticmethod\n    def helper(x):\n        return x\n\n'
-           '    def forward(self, question):\n        n = 0\n        n += 1\n        return dspy.Prediction(answer=norm(f"{question}{n}"))\n')
+           '    def forward(self, question):\n        n = 0\n        n += 1\n'
+           '        return dspy.Prediction(answer=norm(f"{question}{n}"))\n')
     assert check(src) == []
     assert compile_program(src).ok
 

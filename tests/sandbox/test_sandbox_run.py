@@ -6,9 +6,9 @@ import threading
 
 import dspy
 import pytest
+from sandbox_helpers import FakeBridge
 
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
-from sandbox_helpers import FakeBridge
 
 TWO_STEP = '''import re
 

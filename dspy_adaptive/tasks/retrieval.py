@@ -8,8 +8,9 @@ Backends, in the order `make_search_tool(backend="auto")` tries them:
 2. A local colbert-ai index (`colbert_index=` path, optional extra `pip install -e .[colbert]`);
    the import is guarded — without the package this backend is skipped (untested here).
 3. BM25 (bm25s, English stopwords, no stemming) over a corpus JSONL of `{"title", "sentences"}`
-   rows; the default corpus is `<data dir>/hotpotqa_paragraphs.jsonl`, a small stand-in whose
-   gold paragraphs are all present (so retrieval is far easier than over 5M abstracts).
+   rows given as `corpus_path` (the demo passes its own corpus; the benchmark scripts pass the
+   `hotpotqa_paragraphs.jsonl` sample, a small stand-in whose gold paragraphs are all present, so
+   retrieval is far easier than over 5M abstracts).
 
 `make_search_tool(...)` returns a plain function named `search` with JSON-compatible input and
 output, suitable for handing to sandboxed specialists by name.
@@ -28,7 +29,6 @@ logger = logging.getLogger(__name__)
 
 MAX_K = 100
 COLBERT_URL_ENV = "DSPY_ADAPTIVE_COLBERT_URL"
-DEFAULT_CORPUS = "hotpotqa_paragraphs.jsonl"
 
 
 def passage_text(title: str, sentences: Sequence[str] | str) -> str:
@@ -127,8 +127,8 @@ def make_retriever(backend: str = "auto", url: str | None = None, corpus_path: s
             raise ImportError("backend='colbert_local' needs colbert-ai (pip install -e .[colbert]) and colbert_index=")
         logger.warning("colbert-ai is not installed; falling back to BM25 retrieval")
     if corpus_path is None:
-        from benchmarks.data import default_data_dir
-        corpus_path = default_data_dir() / DEFAULT_CORPUS
+        raise ValueError("BM25 retrieval needs corpus_path= (a JSONL file of {\"title\", \"sentences\"} rows); "
+                         f"or pass url= / set ${COLBERT_URL_ENV} for a ColBERTv2 server")
     return _bm25_for(str(Path(corpus_path).resolve()))
 
 

@@ -6,9 +6,19 @@ import dspy
 import pytest
 
 from benchmarks.data import load_family, load_mixture
-from benchmarks.metrics import (AIMEMetric, HotpotQAMetric, LiveBenchIFMetric, MixtureMetric, PupaMetric,
-                                aime_pass_at_1, f1_score, normalize_answer, parse_integer_answer, strip_thinking)
-from benchmarks.programs import SeedProgram
+from dspy_adaptive.tasks.metrics import (
+    AIMEMetric,
+    HotpotQAMetric,
+    LiveBenchIFMetric,
+    MixtureMetric,
+    PupaMetric,
+    aime_pass_at_1,
+    f1_score,
+    normalize_answer,
+    parse_integer_answer,
+    strip_thinking,
+)
+from dspy_adaptive.tasks.programs import SeedProgram
 from dspy_adaptive.testing import ScriptedEngine, scripted_lm
 
 
@@ -207,13 +217,14 @@ def test_livebench_wrapper_score_and_feedback(lb_examples):
     assert all(i in out.feedback.split("Violated constraints:")[1] for i in ex.instruction_id_list[1:])
     assert ex.subtask not in out.feedback and "livebench" not in out.feedback.lower()
     full = metric(ex, dspy.Prediction(response="x"))
-    assert LiveBenchIFMetric(lambda r, i, k, p: [(x, True, "") for x in i])(ex, dspy.Prediction(response="x")).score == 1.0
+    metric = LiveBenchIFMetric(lambda r, i, k, p: [(x, True, "") for x in i])
+    assert metric(ex, dspy.Prediction(response="x")).score == 1.0
     assert full.score < 1.0
     assert metric(ex, dspy.Prediction(response="<think>only thoughts</think>")).score == 0.0  # empty answer
 
 
 def test_livebench_with_real_checkers_if_available(lb_examples):
-    pytest.importorskip("benchmarks.ifeval")
+    pytest.importorskip("dspy_adaptive.tasks.ifeval")
     ex = lb_examples[0]
     out = LiveBenchIFMetric()(ex, dspy.Prediction(response="A short plain answer."))
     assert 0.0 <= out.score <= 1.0 and "constraints satisfied" in out.feedback
@@ -237,9 +248,10 @@ def test_mixture_metric_dispatches_by_hidden_family(shared_data):
     for fam, s in m.families.items():
         out = metric(s.train[0], dspy.Prediction(response="x"), None, None, None)
         assert out.score == recs[fam].score
-    assert {f: len(r.calls) for f, r in recs.items()} == {f: 1 for f in m.families}
+    assert {f: len(r.calls) for f, r in recs.items()} == dict.fromkeys(m.families, 1)
     with pytest.raises(ValueError, match="family"):
-        metric(dspy.Example(id="q", request="r", family="mystery").with_inputs("request"), dspy.Prediction(response="x"))
+        metric(dspy.Example(id="q", request="r", family="mystery").with_inputs("request"),
+               dspy.Prediction(response="x"))
 
 
 def test_mixture_failure_before_dispatch_and_label_scrubbing(shared_data):
@@ -258,7 +270,7 @@ def test_mixture_failure_before_dispatch_and_label_scrubbing(shared_data):
 def test_mixture_feedback_never_names_labels(shared_data):
     m = load_mixture(data_dir=shared_data)
     metric = MixtureMetric(judge_lm=judge_lm(), ifeval_checker=lambda r, i, k, p: [(x, False, "no") for x in i])
-    for fam, s in m.families.items():
+    for s in m.families.values():
         for ex in s.train[:5]:
             out = metric(ex, dspy.Prediction(response="PROGRAM RESPONSE", external_request="hello"))
             assert not re.search(r"\b(hotpotqa|pupa|livebench_if|family|subtask)\b", out.feedback)
@@ -272,12 +284,12 @@ def test_strip_thinking():
     assert strip_thinking("<think>never closed") == ""
 
 
-def test_livebench_lazily_imports_benchmarks_ifeval(monkeypatch, lb_examples):
+def test_livebench_lazily_imports_the_ifeval_checkers(monkeypatch, lb_examples):
     import sys
     import types
 
-    fake = types.ModuleType("benchmarks.ifeval")
+    fake = types.ModuleType("dspy_adaptive.tasks.ifeval")
     fake.evaluate_instructions = lambda response, ids, kwargs, prompt: [(i, True, "checked") for i in ids]
-    monkeypatch.setitem(sys.modules, "benchmarks.ifeval", fake)
+    monkeypatch.setitem(sys.modules, "dspy_adaptive.tasks.ifeval", fake)
     out = LiveBenchIFMetric()(lb_examples[0], dspy.Prediction(response="text"))
     assert out.score == 1.0 and "checked" in out.feedback

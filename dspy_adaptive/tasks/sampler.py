@@ -19,13 +19,31 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import dspy
 
-from benchmarks.data import balanced_quotas
-
 GroupKey = tuple[str, str]
+
+
+def balanced_quotas(n: int, capacity: Mapping[str, int], rng: random.Random) -> dict[str, int]:
+    """Split `n` evenly over groups (remainder to groups in a seeded order), respecting capacities.
+
+    A group that cannot fill its share passes the shortfall to groups with room, so the total is
+    min(n, sum(capacity)).
+    """
+    groups = sorted(capacity)
+    quota = dict.fromkeys(groups, 0)
+    left = min(n, sum(capacity.values()))
+    while left > 0:
+        open_groups = [g for g in groups if quota[g] < capacity[g]]
+        share, rem = divmod(left, len(open_groups))
+        extra = rng.sample(open_groups, rem)
+        for g in open_groups:
+            add = min(share + (g in extra), capacity[g] - quota[g])
+            quota[g] += add
+            left -= add
+    return quota
 
 
 def _label(ex: Any, key: str) -> Any:
@@ -115,4 +133,4 @@ class FamilyBalancedSampler:
 
 family_balanced_sampler = FamilyBalancedSampler(epoch=True)
 
-__all__ = ["FamilyBalancedSampler", "family_balanced_sampler"]
+__all__ = ["FamilyBalancedSampler", "balanced_quotas", "family_balanced_sampler"]

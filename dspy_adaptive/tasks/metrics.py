@@ -14,7 +14,7 @@ without a `response` field but with exactly one string field is read through tha
   leakage ratio is NOT clipped, so utilities can be negative. An empty or missing
   `external_request` means nothing was delegated: leakage 0 without a judge call.
 * LiveBench-IF: per question (all followed + fraction followed) / 2 after removing `<think>`
-  blocks, on the checkers of `benchmarks.ifeval`; feedback lists satisfied and violated
+  blocks, on the checkers of `dspy_adaptive.tasks.ifeval`; feedback lists satisfied and violated
   constraints.
 
 A runtime failure (`pred` is None, an exception, or dspy's FailedPrediction) scores 0 before any
@@ -34,7 +34,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import dspy
 
-from benchmarks import EXTERNAL_REQUEST_FIELD, FAMILIES, OUTPUT_FIELD
+from dspy_adaptive.scoring import score_example
+from dspy_adaptive.tasks import EXTERNAL_REQUEST_FIELD, FAMILIES, OUTPUT_FIELD
 
 FAILURE_SCORE = 0.0
 
@@ -242,7 +243,8 @@ def aime_pass_at_1(program: dspy.Module, examples: Sequence[dspy.Example], metri
     `lm.copy(cache=False)`, and by running under `dspy.context(lm=<settings or given lm>.copy(cache=False))`.
     Programs whose model calls go through other LMs (e.g. a RoutedProgram's specialist profiles) pass
     `prepare(program, attempt) -> program` to return an uncached variant themselves.
-    A run that raises scores 0 (failure), like the search's failure rule.
+    Each run is scored by `dspy_adaptive.scoring.score_example` (`metric` takes the feedback-metric
+    arguments): a run that raises scores 0 (failure), like the search's failure rule.
     """
     metric = metric or AIMEMetric()
     base_lm = lm if lm is not None else dspy.settings.lm
@@ -251,27 +253,20 @@ def aime_pass_at_1(program: dspy.Module, examples: Sequence[dspy.Example], metri
         prog = prepare(program, attempt) if prepare else _uncached_copy(program)
         ctx = dspy.context(lm=base_lm.copy(cache=False)) if base_lm is not None else nullcontext()
 
-        def run(ex):
-            try:
-                pred = prog(**ex.inputs())
-            except Exception as e:  # noqa: BLE001 - failed rollout scores 0
-                pred = e
-            return float(_score_of(metric(ex, pred)))
+        def run(ex, prog=prog):
+            return score_example(prog, ex, metric).score   # a run that raises scores 0, the metric not called
 
         with ctx:
             if num_threads > 1:
                 from dspy.utils.parallelizer import ParallelExecutor
-                scores = ParallelExecutor(num_threads=num_threads, disable_progress_bar=True).execute(run, list(examples))
+                executor = ParallelExecutor(num_threads=num_threads, disable_progress_bar=True)
+                scores = executor.execute(run, list(examples))
             else:
                 scores = [run(ex) for ex in examples]
         for ex, s in zip(examples, scores):
             per[str(ex.id)].append(float(s or 0.0))
     means = [sum(v) / len(v) for v in per.values() if v]
     return PassAtOne(mean=sum(means) / len(means) if means else 0.0, per_example=per)
-
-
-def _score_of(result: Any) -> float:
-    return float(result.score if hasattr(result, "score") else result)
 
 
 # --------------------------------------------------------------------------- PUPA
@@ -363,15 +358,15 @@ Checker = Callable[[str, list, list, str], list]
 
 def _default_checker() -> Checker:
     try:
-        from benchmarks.ifeval import evaluate_instructions
+        from dspy_adaptive.tasks.ifeval import evaluate_instructions
     except ImportError as e:
-        raise ImportError("LiveBench-IF scoring needs benchmarks.ifeval.evaluate_instructions (the IFEval "
+        raise ImportError("LiveBench-IF scoring needs dspy_adaptive.tasks.ifeval.evaluate_instructions (the IFEval "
                           "instruction checkers); it could not be imported: " + str(e)) from e
     return evaluate_instructions
 
 
 def _as_tuple(result: Any) -> tuple:
-    """(id, followed, detail) from benchmarks.ifeval's InstructionResult or a plain tuple."""
+    """(id, followed, detail) from dspy_adaptive.tasks.ifeval's InstructionResult or a plain tuple."""
     if hasattr(result, "instruction_id"):
         return (result.instruction_id, result.followed, result.detail)
     return tuple(result)

@@ -6,8 +6,8 @@ import dspy
 import pytest
 
 from benchmarks.data import load_mixture
-from benchmarks.metrics import MixtureMetric
-from benchmarks.programs import SeedProgram, make_external_llm_tool, make_seed_program
+from dspy_adaptive.tasks.metrics import MixtureMetric
+from dspy_adaptive.tasks.programs import SeedProgram, make_external_llm_tool, make_seed_program
 from dspy_adaptive.testing import scripted_lm
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 import dspy
 import pytest
 
-from dspy_adaptive.demo_data import (
+from dspy_adaptive.demo import (
     FAMILIES,
     SPLITS,
     demo_corpus_path,

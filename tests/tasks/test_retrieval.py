@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from benchmarks.retrieval import ColBERTv2Retriever, make_retriever, make_search_tool
+from dspy_adaptive.tasks.retrieval import ColBERTv2Retriever, make_retriever, make_search_tool
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,17 @@
 """Every instruction id in the data: one crafted compliant and one crafted non-compliant response."""
 
+import dataclasses
 import json
 
 import pytest
 
-from benchmarks.ifeval import (
+from dspy_adaptive.tasks.ifeval import (
     INSTRUCTION_IDS,
     InstructionArgumentError,
     UnknownInstructionError,
     evaluate_instructions,
+    text_util,
 )
-from benchmarks.ifeval import text_util
 
 # (instruction_id, kwargs, compliant response, non-compliant response[, prompt])
 CASES = [
@@ -163,7 +164,7 @@ def test_bad_kwargs_raise():
 
 def test_result_is_frozen():
     [r] = evaluate_instructions("x", ["punctuation:no_comma"], [{}], "p")
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         r.followed = False
 
 

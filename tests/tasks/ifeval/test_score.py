@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.ifeval import livebench_if_score, strip_thinking
+from dspy_adaptive.tasks.ifeval import livebench_if_score, strip_thinking
 
 NO_COMMA = "punctuation:no_comma"
 QUOTE = "startend:quotation"

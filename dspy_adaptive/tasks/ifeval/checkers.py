@@ -208,7 +208,8 @@ def _nth_paragraph_first_word(value: str, prompt: str, kw: dict) -> Result:
     paragraphs = re.split(r"\n\n", value)
     count = sum(1 for p in paragraphs if p.strip())
     if nth > count:
-        return False, f"needs {expected} paragraphs with paragraph {nth} starting {wanted!r}, found only {count} paragraphs"
+        return False, (f"needs {expected} paragraphs with paragraph {nth} starting {wanted!r}, "
+                       f"found only {count} paragraphs")
     # As in the reference, the nth piece of the raw split is inspected (empty pieces included).
     paragraph = paragraphs[nth - 1].strip()
     if not paragraph:
@@ -329,7 +330,8 @@ def _repeat_prompt(value: str, prompt: str, kw: dict) -> Result:
         raise InstructionArgumentError("combination:repeat_prompt: no prompt_to_repeat and no prompt to take it from")
     if value.strip().lower().startswith(to_repeat.strip().lower()):
         return True, "starts by repeating the request"
-    return False, f"does not start with the request (expected {_preview(to_repeat.strip())}, got {_preview(value.strip())})"
+    return False, (f"does not start with the request (expected {_preview(to_repeat.strip())}, "
+                   f"got {_preview(value.strip())})")
 
 
 def _end_checker(value: str, prompt: str, kw: dict) -> Result:

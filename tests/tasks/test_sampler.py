@@ -7,7 +7,7 @@ import dspy
 import pytest
 
 from benchmarks.data import load_mixture
-from benchmarks.sampler import FamilyBalancedSampler, family_balanced_sampler
+from dspy_adaptive.tasks.sampler import FamilyBalancedSampler, balanced_quotas, family_balanced_sampler
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +74,10 @@ def test_works_through_the_engine_hook(train):
     from dspy_adaptive.search.sampling import sample_minibatch
     idx = sample_minibatch(FamilyBalancedSampler(), train, 24, random.Random(0))
     assert len(idx) == 24
+
+
+def test_balanced_quotas():
+    q = balanced_quotas(6, {"a": 10, "b": 10, "c": 10, "d": 10}, random.Random(0))
+    assert sorted(q.values()) == [1, 1, 2, 2]
+    q = balanced_quotas(24, {"a": 2, "b": 50, "c": 50, "d": 50}, random.Random(0))
+    assert q["a"] == 2 and sum(q.values()) == 24 and max(q.values()) - min(q["b"], q["c"], q["d"]) <= 1
