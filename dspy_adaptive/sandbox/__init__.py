@@ -17,7 +17,7 @@ from .allowlist import ALLOWED_MODULES, ALLOWED_NAMES
 from .bridge import BridgeLimits, BridgeRefused, PredictorBridge, PredictorCache, PredictRequest, ToolRequest
 from .compiler import CompiledProgram, CompileResult, compile_program
 from .errors import SpecialistError
-from .isolation import Layers
+from .layers import Layers
 from .policy import check
 from .pool import HostBridge, IsolationReport, RunResult, SandboxIsolationError, SandboxPool
 

@@ -68,6 +68,22 @@ ALLOWED_MODULES: tuple[str, ...] = tuple(sorted(ALLOWED_NAMES))
 INTERNAL_IMPORTS: frozenset[str] = frozenset({"time", "_strptime"})
 
 
+#: The file name every specialist is compiled under (tracebacks name its lines with it).
+FILENAME = "<specialist>"
+
+#: Attribute names refused statically and at run time (besides anything starting with "_"): they reach
+#: frames, code or globals, or evaluate format strings. RestrictedPython's INSPECT_ATTRIBUTES are
+#: included by name (kept here so the worker need not import RestrictedPython; a test checks we
+#: cover its set).
+DENIED_ATTRIBUTES = frozenset({
+    "ag_await", "ag_code", "ag_frame", "co_code", "cr_await", "cr_code", "cr_frame", "cr_origin", "f_back",
+    "f_builtins", "f_code", "f_generator", "f_globals", "f_locals", "f_trace", "gi_code", "gi_frame",
+    "gi_yieldfrom", "tb_frame", "tb_next",
+    "format", "format_map", "vformat", "Formatter", "get_type_hints", "ForwardRef", "singledispatch",
+    "singledispatchmethod", "func_globals", "im_func", "mro",
+})
+
+
 def allowed(module: str, name: str) -> bool:
     return name in ALLOWED_NAMES.get(module, ())
 

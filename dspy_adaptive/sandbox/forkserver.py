@@ -11,6 +11,7 @@ can do all that; otherwise the pool starts every worker directly (the slower pat
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import select
@@ -60,13 +61,15 @@ class ForkServer:
     report: {"probe": isolation.probe() as seen
     by the zygote, "netns": whether it entered the namespaces}."""
 
-    def __init__(self, debug: bool = False, netns: bool = True, request: dict | None = None):
+    def __init__(self, debug: bool = False, netns: bool = True, request: dict | None = None,
+                 seccomp_bpf: bytes | None = None):
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._debug = debug
         self._netns = netns
         self._request = request     # the pool's per-request constants: the zygote prebuilds their globals
+        self._bpf = base64.b64encode(seccomp_bpf).decode("ascii") if seccomp_bpf else None
         self._closed = False
         self.ready: dict = {}
 
@@ -76,7 +79,7 @@ class ForkServer:
         try:
             self._proc = subprocess.Popen(
                 [*interpreter(ZYGOTE_PATH), str(zygote_end.fileno()), RESTRICTED_PYTHON_DIR,
-                 json.dumps({"netns": self._netns, "request": self._request})],
+                 json.dumps({"netns": self._netns, "request": self._request, "seccomp_bpf": self._bpf})],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=None if self._debug else subprocess.DEVNULL, env=scrubbed_env(), cwd="/",
                 pass_fds=(zygote_end.fileno(),), close_fds=True, start_new_session=True)

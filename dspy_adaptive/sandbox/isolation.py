@@ -10,10 +10,11 @@ them on, in this order, in a freshly forked worker before the first byte of spec
 3. landlock     (Linux >= 5.13) a ruleset that handles every filesystem right and grants none (no
                 file can be opened, executed, created or listed), no TCP bind/connect (ABI >= 4),
                 and no signals or abstract unix sockets outside the worker (ABI >= 6);
-4. seccomp      (libseccomp, through pyseccomp's ctypes binding) an allow-list of the ~40 system
-                calls a pre-imported interpreter needs to compute and talk over its two pipes;
-                every other call fails with EPERM: open*, socket, connect, execve, fork/clone,
-                kill, ptrace, process_vm_*, mount, unshare, bpf, ...
+4. seccomp      an allow-list of the ~50 system calls a pre-imported interpreter needs to compute
+                and talk over its two pipes, compiled once on the host by libseccomp (through
+                pyseccomp's ctypes binding) and loaded by each worker; every other call fails with
+                EPERM: open*, socket, connect, execve, fork/clone, kill, ptrace, process_vm_*,
+                mount, unshare, bpf, ...
 5. netns        (host root only, applied once to the zygote) an empty network namespace with no
                 interfaces, and an IPC namespace of its own, inherited by every worker.
 
@@ -21,7 +22,7 @@ them on, in this order, in a freshly forked worker before the first byte of spec
 but one off to show that one alone stops its class of attack). Missing mechanisms are reported at
 start-up and in the run record; `isolation="strict"` refuses to run without them (pool.py).
 
-Standalone (stdlib + optional pyseccomp): the zygote and workers import it as a top-level module.
+Standalone (stdlib; pyseccomp on the host only): the zygote and workers import it as a top-level module.
 """
 
 from __future__ import annotations
@@ -32,35 +33,8 @@ import os
 import resource
 import signal
 import sys
-from dataclasses import asdict, dataclass
 
 NOBODY = 65534
-
-# ------------------------------------------------------------------------------------------ layers
-@dataclass(frozen=True)
-class Layers:
-    """Which OS layers a worker applies. All on by default; switching one off is for tests/diagnosis."""
-
-    rlimits: bool = True
-    uid: bool = True
-    landlock: bool = True
-    seccomp: bool = True
-    netns: bool = True
-
-    def to_dict(self) -> dict[str, bool]:
-        return asdict(self)
-
-    @classmethod
-    def only(cls, *names: str) -> "Layers":
-        unknown = set(names) - set(asdict(cls()))
-        if unknown:
-            raise ValueError(f"unknown isolation layers {sorted(unknown)}")
-        return cls(**{k: k in names for k in asdict(cls())})
-
-    @classmethod
-    def none(cls) -> "Layers":
-        return cls.only()
-
 
 # ------------------------------------------------------------------------------------------ libc
 _libc = None
@@ -171,44 +145,43 @@ SECCOMP_ALLOW = (
     "exit", "exit_group",
 )
 
-_FILTER = None
-_BPF: bytes | None = None       # the filter compiled by libseccomp, loaded by each worker with one prctl
+_BPF: list = [None]     # the compiled filter this process loads into its workers (set_seccomp_program)
+_COMPILED: dict = {}
 
 
-def seccomp_available() -> tuple[bool, str]:
+def compile_seccomp() -> tuple[bytes | None, str]:
+    """(BPF program, "") or (None, why not): libseccomp compiles the allow-list once, on the host; the
+    zygote and every worker only load the compiled program (one prctl), so they never load libseccomp
+    (~1.7 MB of their image and ~0.5 ms per worker of libseccomp's own load)."""
+    if "bpf" in _COMPILED:
+        return _COMPILED["bpf"], _COMPILED["why"]
+    bpf, why = None, ""
     if not sys.platform.startswith("linux"):
-        return False, "seccomp is Linux-only"
-    try:
-        import pyseccomp  # noqa: F401
-    except Exception as e:  # noqa: BLE001 - missing package or libseccomp.so
-        return False, f"pyseccomp/libseccomp unavailable ({type(e).__name__}: {e})"
-    return True, ""
-
-
-def prepare_seccomp() -> None:
-    """Build the filter (not loaded): the zygote does this once, every forked worker loads it."""
-    global _FILTER
-    if _FILTER is not None:
-        return
-    import pyseccomp
-
-    f = pyseccomp.SyscallFilter(pyseccomp.ERRNO(errno.EPERM))
-    for name in SECCOMP_ALLOW:
+        why = "seccomp is Linux-only"
+    else:
         try:
-            f.add_rule(pyseccomp.ALLOW, name)
-        except (OSError, ValueError):   # not a system call on this architecture
-            pass
-    # getrlimit() is prlimit64(0, resource, NULL, &old): reading its own limits only, never setting
-    # them and never another process's
-    f.add_rule(pyseccomp.ALLOW, "prlimit64", pyseccomp.Arg(0, pyseccomp.EQ, 0), pyseccomp.Arg(2, pyseccomp.EQ, 0))
-    _FILTER = f
-    global _BPF
-    _BPF = _export_bpf(f)
+            import pyseccomp
+        except Exception as e:  # noqa: BLE001 - missing package or libseccomp.so
+            why = f"pyseccomp/libseccomp unavailable ({type(e).__name__}: {e})"
+        else:
+            f = pyseccomp.SyscallFilter(pyseccomp.ERRNO(errno.EPERM))
+            for name in SECCOMP_ALLOW:
+                try:
+                    f.add_rule(pyseccomp.ALLOW, name)
+                except (OSError, ValueError):   # not a system call on this architecture
+                    pass
+            # getrlimit() is prlimit64(0, resource, NULL, &old): reading its own limits only, never setting
+            # them and never another process's
+            f.add_rule(pyseccomp.ALLOW, "prlimit64", pyseccomp.Arg(0, pyseccomp.EQ, 0),
+                       pyseccomp.Arg(2, pyseccomp.EQ, 0))
+            bpf = _export_bpf(f)
+            if bpf is None:
+                why = "libseccomp could not export the filter"
+    _COMPILED.update(bpf=bpf, why=why)
+    return bpf, why
 
 
 def _export_bpf(f) -> bytes | None:
-    """libseccomp's compiled BPF program for `f` (its seccomp_load compiles it anew every time: ~0.5 ms
-    per worker; loading the compiled program is one prctl)."""
     r, w = os.pipe()
     try:
         with os.fdopen(w, "wb", closefd=True) as out:
@@ -221,10 +194,26 @@ def _export_bpf(f) -> bytes | None:
             chunks.append(b)
         data = b"".join(chunks)
         return data if data and len(data) % 8 == 0 else None
-    except Exception:  # noqa: BLE001 - fall back to libseccomp's own load
+    except Exception:  # noqa: BLE001
         return None
     finally:
         os.close(r)
+
+
+def set_seccomp_program(bpf: bytes | None) -> None:
+    """The compiled filter this process (a zygote, or a spawned worker) applies to its workers."""
+    _BPF[0] = bpf
+
+
+PR_GET_SECCOMP, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 21, 22, 2
+
+
+def seccomp_kernel_ok() -> bool:
+    """The kernel supports seccomp filters (prctl(PR_GET_SECCOMP) answers instead of EINVAL)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    u = ctypes.c_ulong
+    return libc().prctl(ctypes.c_int(PR_GET_SECCOMP), u(0), u(0), u(0), u(0)) >= 0
 
 
 class _SockFilter(ctypes.Structure):
@@ -235,17 +224,13 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-
-
 def apply_seccomp() -> None:
-    prepare_seccomp()
+    bpf = _BPF[0]
+    if not bpf:
+        raise OSError("no seccomp program was provided to this process")
     no_new_privs()
-    if _BPF is None:
-        _FILTER.load()
-        return
-    n = len(_BPF) // 8
-    prog = (_SockFilter * n).from_buffer_copy(_BPF)
+    n = len(bpf) // 8
+    prog = (_SockFilter * n).from_buffer_copy(bpf)
     fprog = _SockFprog(n, ctypes.cast(prog, ctypes.POINTER(_SockFilter)))
     u = ctypes.c_ulong
     _check(libc().prctl(ctypes.c_int(PR_SET_SECCOMP), u(SECCOMP_MODE_FILTER), ctypes.byref(fprog), u(0), u(0)),
@@ -264,15 +249,17 @@ def enter_empty_netns() -> None:
 # ------------------------------------------------------------------------------------------ probe
 def probe() -> dict[str, object]:
     """What this process could apply to its workers: {"landlock_abi": int, "seccomp": bool,
-    "uid": bool, "netns": bool, "reasons": {layer: why not}}. Changes nothing."""
+    "uid": bool, "netns": bool, "reasons": {layer: why not}}. Changes nothing. seccomp counts as available
+    once a compiled program was set (set_seccomp_program) and the kernel supports filters."""
     reasons: dict[str, str] = {}
     abi = landlock_abi()
     if not abi:
         reasons["landlock"] = ("Landlock is unavailable (needs Linux >= 5.13 with Landlock enabled)"
                                if sys.platform.startswith("linux") else "Landlock is Linux-only")
-    sec, why = seccomp_available()
+    sec = bool(_BPF[0]) and seccomp_kernel_ok()
     if not sec:
-        reasons["seccomp"] = why
+        reasons["seccomp"] = ("no compiled seccomp program (libseccomp missing on the host?)" if not _BPF[0]
+                              else "the kernel has no seccomp filter support")
     root = hasattr(os, "getuid") and os.getuid() == 0
     if not root:
         reasons["uid"] = "the host does not run as root, so workers keep the host's uid"

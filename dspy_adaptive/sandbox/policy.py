@@ -32,7 +32,7 @@ try:  # imported as dspy_adaptive.sandbox.policy (host) or as top-level `policy`
 except ImportError:  # pragma: no cover - exercised in the worker process
     import allowlist  # type: ignore[no-redef]
 
-FILENAME = "<specialist>"
+FILENAME = allowlist.FILENAME
 
 #: Modules a specialist may import (besides `dspy`, which binds the in-sandbox shim), and the names it
 #: may use from each: the one allow-list (allowlist.py).
@@ -53,12 +53,7 @@ FORBIDDEN_NAMES = frozenset({
 })
 
 #: Attribute names rejected statically and at run time (besides anything starting with "_").
-DENIED_ATTRIBUTES = frozenset(INSPECT_ATTRIBUTES) | {
-    "format", "format_map", "vformat", "Formatter", "get_type_hints", "ForwardRef",
-    "singledispatch", "singledispatchmethod", "gi_frame", "gi_code", "cr_frame", "ag_frame",
-    "f_back", "f_globals", "f_locals", "f_builtins", "tb_frame", "func_globals", "im_func",
-    "mro",
-}
+DENIED_ATTRIBUTES = allowlist.DENIED_ATTRIBUTES | frozenset(INSPECT_ATTRIBUTES)
 
 #: The only decorators allowed (bare names).
 ALLOWED_DECORATORS = frozenset({"staticmethod", "classmethod", "property"})

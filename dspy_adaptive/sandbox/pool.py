@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import marshal
 import os
 import random
 import re
@@ -35,7 +36,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from . import forkserver, isolation, protocol
+from . import forkserver, policy, protocol
+from . import isolation as oslayers
 from .bridge import (
     BridgeLimits,
     BridgeRefused,
@@ -49,7 +51,7 @@ from .bridge import (
 )
 from .compiler import CompiledProgram, is_compiled, source_hash
 from .errors import SpecialistError
-from .isolation import Layers
+from .layers import Layers
 
 WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 STDOUT_CAP = 65536
@@ -116,6 +118,18 @@ class IsolationReport:
         if self.missing:
             s += "; NOT enforced: " + "; ".join(f"{k} ({v})" for k, v in self.missing.items())
         return s
+
+
+def _compile_for_test(source: str, checked: bool) -> bytes:
+    """Test-only paths without a CompiledProgram: RestrictedPython's compile without our static policy
+    (checked), or a plain compile with full Python (unchecked). Done here, on the host, like every compile."""
+    if checked:
+        code, errors = policy.restricted_compile(source)
+        if code is None:
+            raise SpecialistError("does not compile: " + "; ".join(errors), "policy")
+    else:
+        code = compile(source, policy.FILENAME, "exec", dont_inherit=True)
+    return marshal.dumps(code)
 
 
 def _debug() -> bool:
@@ -228,8 +242,9 @@ class SandboxPool:
         self.recursion_limit = int(recursion_limit)
         request = {"tools": list(self.tool_names), "stdout_cap": STDOUT_CAP,
                    "max_predictor_calls": self.max_predictor_calls}
-        self._forkserver = (forkserver.ForkServer(debug=_debug(), netns=layers.netns, request=request)
-                            if use_fork else None)
+        self._bpf, self._bpf_why = oslayers.compile_seccomp() if layers.seccomp else (None, "switched off")
+        self._forkserver = (forkserver.ForkServer(debug=_debug(), netns=layers.netns, request=request,
+                                                  seccomp_bpf=self._bpf) if use_fork else None)
         self._slots = threading.BoundedSemaphore(max_workers)
         self._lock = threading.Lock()            # guards _live and counters (shared with the finalizer)
         self._live: set[_Worker] = set()
@@ -325,7 +340,8 @@ class SandboxPool:
             self._forkserver.start()
             ready = self._forkserver.ready
             return ready.get("probe") or {}, bool(ready.get("netns"))
-        probe = isolation.probe()
+        oslayers.set_seccomp_program(self._bpf)
+        probe = oslayers.probe()
         return probe, bool(probe.get("netns"))
 
     def _measure_isolation(self) -> IsolationReport:
@@ -363,11 +379,18 @@ class SandboxPool:
 
     # ------------------------------------------------------------------ workers
     def _worker_cfg(self, uid: int | None) -> dict:
-        probe = (self._forkserver.ready.get("probe") if self._forkserver is not None else None) or isolation.probe()
-        return {"memory_mb": self.memory_mb, "recursion_limit": self.recursion_limit,
-                "cpu_seconds": max(1, int(self.timeout + 1)), "uid": uid, "layers": self.layers.to_dict(),
-                "landlock_abi": int(probe.get("landlock_abi") or 0), "seccomp": bool(probe.get("seccomp")),
-                "netns": self.layers.netns}
+        if self._forkserver is not None:
+            probe = self._forkserver.ready.get("probe") or {}
+        else:
+            oslayers.set_seccomp_program(self._bpf)
+            probe = oslayers.probe()
+        cfg = {"memory_mb": self.memory_mb, "recursion_limit": self.recursion_limit,
+               "cpu_seconds": max(1, int(self.timeout + 1)), "uid": uid, "layers": self.layers.to_dict(),
+               "landlock_abi": int(probe.get("landlock_abi") or 0), "seccomp": bool(probe.get("seccomp")),
+               "netns": self.layers.netns}
+        if self._forkserver is None and self._bpf:
+            cfg["seccomp_bpf"] = base64.b64encode(self._bpf).decode("ascii")
+        return cfg
 
     def _new_uid(self) -> int | None:
         if not (self.layers.uid and os.getuid() == 0):
@@ -437,10 +460,7 @@ class SandboxPool:
         msg = {"op": "run", "hash": h, "class_name": class_name, "inputs": to_plain(dict(inputs)),
                "checked": checked, "tools": list(self.tool_names), "max_predictor_calls": self.max_predictor_calls,
                "max_output_bytes": self.max_output_bytes, "stdout_cap": STDOUT_CAP}
-        if code:
-            msg["code"] = base64.b64encode(code).decode("ascii")
-        else:
-            msg["source"] = source
+        msg["code"] = base64.b64encode(code or _compile_for_test(source, checked)).decode("ascii")
         with self._slots:
             w = self._start_worker()
             try:

@@ -10,7 +10,7 @@ allowlist.py, the tools as functions, and the dspy shim whose predictor calls ar
 All of those objects are defined in cleanroom.py and built by executing its text in a namespace
 without modules (see that file for why). This module only gathers the real primitives they need.
 
-Standalone (stdlib + allowlist + policy): the worker imports it as a top-level module.
+Standalone (stdlib + allowlist): the worker imports it as a top-level module.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import types
 from typing import Any, Callable
 
 try:  # imported as dspy_adaptive.sandbox.runtime (host, tests) or as top-level `runtime` (worker)
-    from . import allowlist, policy
+    from . import allowlist
 except ImportError:  # pragma: no cover - exercised in the worker process
     import allowlist  # type: ignore[no-redef]
-    import policy  # type: ignore[no-redef]
 
 SANDBOX_MODULE = "specialist"
 CLEANROOM_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cleanroom.py")
@@ -89,7 +88,7 @@ def request_globals(*, rpc: Callable[[dict], tuple[Any, Any]], tool_names: tuple
                     max_predictor_calls: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """(restricted globals, internals) for one request. `rpc(payload) -> (ok, value)` reaches the host."""
     built = load_cleanroom()(
-        getattr, type, types.ModuleType, _NAMESPACES, allowlist.INTERNAL_IMPORTS, policy.DENIED_ATTRIBUTES,
+        getattr, type, types.ModuleType, _NAMESPACES, allowlist.INTERNAL_IMPORTS, allowlist.DENIED_ATTRIBUTES,
         rpc, tuple(tool_names), int(stdout_cap), int(max_predictor_calls), _type_name_ok)
     b = dict(_SAFE_BUILTINS)
     b["type"] = built["type"]

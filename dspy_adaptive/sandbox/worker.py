@@ -37,8 +37,8 @@ import marshal  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
 
+import allowlist  # noqa: E402
 import isolation  # noqa: E402
-import policy  # noqa: E402
 import protocol  # noqa: E402
 import runtime  # noqa: E402
 
@@ -83,8 +83,6 @@ def preimport(request_cfg: dict | None = None) -> None:
     datetime.datetime.strptime("2020", "%Y")
     datetime.datetime(2020, 1, 1).strftime("%Y-%m-%d %H:%M %a %b %Z")
     time.localtime()                      # reads the zone file now, not in a confined worker
-    if isolation.seccomp_available()[0]:
-        isolation.prepare_seccomp()
     isolation.prepare_landlock(isolation.landlock_abi())
     gc.collect()
     gc.freeze()   # what is loaded now is permanent: a worker's collector scans only its request's objects
@@ -95,29 +93,23 @@ def _load_code(data) -> types.CodeType:
         code = marshal.loads(base64.b64decode(data))
     except Exception as e:  # noqa: BLE001
         raise Failure("protocol", f"undecodable program code ({type(e).__name__})") from None
-    if not isinstance(code, types.CodeType) or code.co_filename != policy.FILENAME:
+    if not isinstance(code, types.CodeType) or code.co_filename != allowlist.FILENAME:
         raise Failure("protocol", "program code is not a compiled specialist")
     return code
 
 
 def _get_code(msg: dict):
-    if msg.get("checked", True):
-        if msg.get("code") is not None:
-            return _load_code(msg["code"])        # compiled by the host's policy check (compiler.py)
-        src = msg.get("source")
-        if not isinstance(src, str):
-            raise Failure("protocol", "no program sent")
-        code, errors = policy.restricted_compile(src)
-        if code is None:
-            raise Failure("policy", "does not compile in the worker: " + "; ".join(errors))
-        return code
-    return compile(msg["source"], policy.FILENAME, "exec", dont_inherit=True)   # test-only: no policy
+    """The request's code object, compiled on the host (the policy's RestrictedPython compile, or a plain
+    compile on the test-only unchecked path): a worker never compiles, so it never loads a compiler."""
+    if msg.get("code") is None:
+        raise Failure("protocol", "no program sent")
+    return _load_code(msg["code"])
 
 
 def _line_of(exc: BaseException) -> int | None:
     tb, line = exc.__traceback__, None
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == policy.FILENAME:
+        if tb.tb_frame.f_code.co_filename == allowlist.FILENAME:
             line = tb.tb_lineno
         tb = tb.tb_next
     return line
@@ -248,6 +240,7 @@ def start(cfg: dict, fds: tuple[int, int]) -> None:
 
 def main(argv: list[str]) -> None:
     in_fd, out_fd, cfg = int(argv[1]), int(argv[2]), json.loads(argv[3])
+    isolation.set_seccomp_program(base64.b64decode(cfg["seccomp_bpf"]) if cfg.get("seccomp_bpf") else None)
     preimport()
     if cfg.get("netns") and os.getuid() == 0:
         isolation.enter_empty_netns()

@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 if len(sys.argv) > 2:
     sys.path.append(sys.argv[2])  # started with -S: RestrictedPython's directory, from the host
 
+import base64  # noqa: E402
 import json  # noqa: E402
 import socket  # noqa: E402
 from collections import OrderedDict  # noqa: E402
@@ -132,6 +133,7 @@ def main(argv: list[str]) -> None:
             netns = True
         except OSError:
             netns = False
+    isolation.set_seccomp_program(base64.b64decode(cfg["seccomp_bpf"]) if cfg.get("seccomp_bpf") else None)
     worker.preimport(cfg.get("request"))
     _send(sock, {"op": "ready", "pid": os.getpid(), "probe": isolation.probe(), "netns": netns})
     while True:

@@ -37,7 +37,7 @@ from sandbox_helpers import SECRET, FakeBridge, unchecked  # noqa: E402
 
 from dspy_adaptive.sandbox import Layers, SandboxPool, SpecialistError, compile_program  # noqa: E402
 from dspy_adaptive.sandbox.compiler import source_hash  # noqa: E402
-from dspy_adaptive.sandbox.isolation import landlock_abi, seccomp_available  # noqa: E402
+from dspy_adaptive.sandbox.isolation import compile_seccomp, landlock_abi  # noqa: E402
 
 HOSTILE = sorted((SANDBOX_TESTS / "hostile").glob("*.py"))
 TRIVIAL = compile_program(
@@ -162,7 +162,7 @@ def os_rows(tmp: Path) -> list[Row]:
 
     (tmp / "targets").mkdir(parents=True, exist_ok=True)
     targets = Targets(tmp / "targets")
-    abi, sec, root = landlock_abi(), seccomp_available()[0], os.getuid() == 0
+    abi, sec, root = landlock_abi(), compile_seccomp()[0] is not None, os.getuid() == 0
     # what each layer alone is responsible for (its class), on this host
     classes = {
         "seccomp": {"read_secret", "read_parent_environ", "list_root", "write_tmp", "mkdir_tmp", "tcp_connect",

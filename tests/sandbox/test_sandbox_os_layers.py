@@ -20,11 +20,11 @@ import pytest
 from sandbox_helpers import SECRET, attack_source
 
 from dspy_adaptive.sandbox import Layers, SandboxPool, SpecialistError
-from dspy_adaptive.sandbox.isolation import landlock_abi, seccomp_available
+from dspy_adaptive.sandbox.isolation import compile_seccomp, landlock_abi
 
 ROOT = os.getuid() == 0
 ABI = landlock_abi()
-SECCOMP = seccomp_available()[0]
+SECCOMP = compile_seccomp()[0] is not None
 
 
 class Targets:

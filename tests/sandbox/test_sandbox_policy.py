@@ -101,3 +101,30 @@ def test_specific_rules(src, needle):
         assert reasons == []
     else:
         assert reasons and any(needle in r for r in reasons), reasons
+
+
+def test_the_worker_side_denied_attributes_cover_restrictedpythons():
+    """allowlist.DENIED_ATTRIBUTES is spelled out so workers need not import RestrictedPython: it must keep
+    covering RestrictedPython's own INSPECT_ATTRIBUTES (and the policy uses both)."""
+    from RestrictedPython.transformer import INSPECT_ATTRIBUTES
+
+    from dspy_adaptive.sandbox import allowlist, policy
+
+    assert set(INSPECT_ATTRIBUTES) <= allowlist.DENIED_ATTRIBUTES <= policy.DENIED_ATTRIBUTES
+
+
+def test_the_worker_image_stays_small():
+    """Every request forks the zygote, so its image is paid per call: no compiler, no libseccomp, no inspect."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import dspy_adaptive.sandbox as sb
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import worker; "
+            "worker.preimport({'tools': [], 'stdout_cap': 100, 'max_predictor_calls': 1}); "
+            "print(' '.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(Path(sb.__file__).parent)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    for heavy in ("RestrictedPython", "pyseccomp", "ast", "inspect", "dataclasses", "dspy", "pydantic"):
+        assert heavy not in out, heavy
