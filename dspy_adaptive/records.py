@@ -91,6 +91,7 @@ class RowResult:
     steps: tuple[dict[str, Any], ...]
     metric_note: str | None = None  # the metric misbehaved (None/NaN/str...): recorded, scored as failure
     error_kind: str | None = None   # a failed specialist's SpecialistError kind, else the exception class
+    objective_scores: dict[str, float] | None = None   # the metric's objective_scores (multi-objective), if any
 
     @property
     def router_unparsed(self) -> bool:
