@@ -129,11 +129,17 @@ class ProposalRecord:
     budget_at: int
     details: dict[str, Any] = field(default_factory=dict)
     failure: FailureKind | None = None
+    usage: dict[str, dict[str, float]] = field(default_factory=dict)   # LM calls/tokens/USD per role it spent
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["parents"], d["minibatch"] = list(self.parents), list(self.minibatch)
         return d
+
+    @property
+    def cost(self) -> float:
+        """USD this proposal spent on LM calls, every role."""
+        return sum(float(v.get("cost", 0.0)) for v in self.usage.values())
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ProposalRecord":

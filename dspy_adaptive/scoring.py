@@ -17,11 +17,13 @@ and the benchmark scripts all score through it, so they agree on every failure:
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from typing import Any, Callable
 
 import dspy
+from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.records import RowResult, clip
 from dspy_adaptive.routed_program import SpecialistRuntimeError, route_of
@@ -75,7 +77,8 @@ def objective_scores_of(out: Any) -> dict[str, float] | None:
 
 
 def score_example(program: Callable[..., Any], example: dspy.Example, metric: Callable, *, row_id: str | None = None,
-                  failure_score: float = 0.0, predictor_label: PredictorLabel | None = None) -> RowResult:
+                  failure_score: float = 0.0, predictor_label: PredictorLabel | None = None,
+                  clip_outputs: bool = True, format_failure_feedback: bool = False) -> RowResult:
     """Run `program(**example.inputs())` and score it with `metric(example, pred, None, None, None)`.
 
     Args:
@@ -86,6 +89,10 @@ def score_example(program: Callable[..., Any], example: dspy.Example, metric: Ca
         failure_score: the score of a failed rollout or a misbehaving metric.
         predictor_label: when given, the call runs under a fresh DSPy trace and every predictor call is
             recorded in `steps`, named by this function (e.g. `RoutedProgram.predictor_label`).
+        clip_outputs: record the output's fields as clipped text (default); False keeps them whole (JSON values
+            as they are, other objects as text), for `track_best_outputs`.
+        format_failure_feedback: when the program failed because an LM answer could not be parsed into its
+            output fields, put that answer in the feedback (dspy.GEPA's add_format_failure_as_feedback).
 
     Returns:
         A `RowResult`; never raises for a failing program or metric.
@@ -105,8 +112,10 @@ def score_example(program: Callable[..., Any], example: dspy.Example, metric: Ca
                   executed=route.executed if route else None,
                   fallback_reason=route.fallback_reason if route else None, steps=steps)
     if error is not None:
-        return RowResult(score=failure_score, output=None, error=error, error_kind=kind,
-                         feedback=f"The program failed at run time, so it scored {failure_score}: {error}", **common)
+        feedback = f"The program failed at run time, so it scored {failure_score}: {error}"
+        if format_failure_feedback:
+            feedback += _format_failure(pred)
+        return RowResult(score=failure_score, output=None, error=error, error_kind=kind, feedback=feedback, **common)
     try:
         with role("metric"):
             raw = metric(example, pred, None, None, None)
@@ -115,10 +124,33 @@ def score_example(program: Callable[..., Any], example: dspy.Example, metric: Ca
     else:
         note = None
     score, feedback, bad = normalise_metric_output(raw, failure_score)
-    output = {k: clip(v) for k, v in pred.items()} if isinstance(pred, dspy.Prediction) else {"output": clip(pred)}
+    keep = clip if clip_outputs else _plain
+    output = {k: keep(v) for k, v in pred.items()} if isinstance(pred, dspy.Prediction) else {"output": keep(pred)}
     objectives = objective_scores_of(raw) if bad is None else None
     return RowResult(score=score, feedback=feedback, output=output, error=None, metric_note=note or bad,
                      objective_scores=objectives, **common)
+
+
+def _plain(value: Any) -> Any:
+    """`value` itself when it is plain JSON data, else its text."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _format_failure(exc: Any) -> str:
+    """What an AdapterParseError inside `exc` (or its causes) says the LM answered."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, AdapterParseError):
+            answer = clip(getattr(exc, "lm_response", None) or "", 1500)
+            return (f"\nThe LM's answer could not be parsed into the output fields "
+                    f"({clip(str(getattr(exc, 'parsed_result', None) or ''), 300) or 'nothing parsed'}). "
+                    f"The LM answered:\n{answer}")
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return ""
 
 
 def _steps(label: PredictorLabel, trace: list | None) -> list[dict[str, Any]]:

@@ -1,14 +1,23 @@
-"""LM usage per role (router, specialist, fallback, reflection, metric), read from DSPy's usage hook.
+"""The cost ledger: LM calls, tokens and USD per role (router, specialist, fallback, reflection, metric).
 
 DSPy's LM layer calls `settings.usage_tracker.add_usage(model, usage)` after every uncached call.
 `role(name)` installs a tiny tracker that files that usage under `name` in the active `UsageMeter`;
 with no meter active it does nothing, so RoutedProgram outside a search pays nothing.
+
+DSPy does not hand the tracker a price, so each call is priced here from its model name and token counts
+with litellm's cost map (`litellm.cost_per_token`; offline, set LITELLM_LOCAL_MODEL_COST_MAP=True to use the
+bundled map). A model litellm cannot price (a local or scripted model) costs 0 and is listed in
+`unpriced_models`. Cached calls are free: DSPy reports no usage for them.
+
+A meter can have a parent: `meter.child()` opens a meter that also adds everything it records to its
+parent, so the search keeps one ledger per proposal while the run's ledger stays whole.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import threading
 from collections import defaultdict
 from typing import Any, Iterator
@@ -17,21 +26,68 @@ import dspy
 
 _meter: contextvars.ContextVar["UsageMeter | None"] = contextvars.ContextVar("adaptive_usage_meter", default=None)
 
+ROLES = ("router", "specialist", "fallback", "reflection", "metric")
+
+
+def _empty() -> dict[str, float]:
+    return {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0}
+
+
+@functools.lru_cache(maxsize=512)
+def _unit_prices(model: str) -> tuple[float, float] | None:
+    """(USD per prompt token, USD per completion token) of `model`, or None when litellm cannot price it."""
+    try:
+        import litellm
+
+        costs = getattr(litellm, "model_cost", None) or {}
+        if model not in costs and model.split("/", 1)[-1] not in costs:
+            return None   # litellm does not know it (and would print a provider list while failing to price it)
+        prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=1_000_000,
+                                                    completion_tokens=1_000_000)
+        return float(prompt) / 1_000_000, float(completion) / 1_000_000
+    except Exception:  # noqa: BLE001 - unknown model, no cost map: not priced
+        return None
+
+
+def price(model: str | None, usage: dict[str, Any]) -> float | None:
+    """USD for one call's `usage` on `model` (a `cost` the usage already carries wins); None: not priced."""
+    if usage.get("cost") is not None:
+        try:
+            return float(usage["cost"])
+        except (TypeError, ValueError):
+            pass
+    if not model:
+        return None
+    prices = _unit_prices(str(model))
+    if prices is None:
+        return None
+    return int(usage.get("prompt_tokens") or 0) * prices[0] + int(usage.get("completion_tokens") or 0) * prices[1]
+
+
 class UsageMeter:
-    """Thread-safe counters: calls, prompt/completion tokens and cost per role."""
+    """Thread-safe counters: calls, prompt/completion tokens and cost (USD) per role."""
 
-    def __init__(self) -> None:
+    def __init__(self, parent: "UsageMeter | None" = None) -> None:
         self._lock = threading.Lock()
-        self._by_role: dict[str, dict[str, float]] = defaultdict(
-            lambda: {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0})
+        self._by_role: dict[str, dict[str, float]] = defaultdict(_empty)
+        self.parent = parent
+        self.unpriced_models: set[str] = set()
 
-    def add(self, role_name: str, usage: dict[str, Any]) -> None:
+    def add(self, role_name: str, usage: dict[str, Any], model: str | None = None) -> None:
+        cost = price(model, usage)
+        self._add(role_name, usage, cost, model)
+
+    def _add(self, role_name: str, usage: dict[str, Any], cost: float | None, model: str | None) -> None:
         with self._lock:
             entry = self._by_role[role_name]
             entry["calls"] += 1
             entry["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
             entry["completion_tokens"] += int(usage.get("completion_tokens") or 0)
-            entry["cost"] += float(usage.get("cost") or 0.0)
+            entry["cost"] += cost or 0.0
+            if cost is None and model:
+                self.unpriced_models.add(str(model))
+        if self.parent is not None:
+            self.parent._add(role_name, usage, cost, model)
 
     def restore(self, counts: dict[str, dict[str, float]]) -> None:
         """Counters from a checkpoint (resume)."""
@@ -43,6 +99,19 @@ class UsageMeter:
         with self._lock:
             return {r: dict(v) for r, v in sorted(self._by_role.items())}
 
+    def total_cost(self) -> float:
+        with self._lock:
+            return sum(v["cost"] for v in self._by_role.values())
+
+    def totals(self) -> dict[str, float]:
+        """Calls, tokens and cost summed over every role."""
+        out = _empty()
+        with self._lock:
+            for v in self._by_role.values():
+                for k in out:
+                    out[k] += v[k]
+        return out
+
     @contextlib.contextmanager
     def active(self) -> Iterator["UsageMeter"]:
         token = _meter.set(self)
@@ -51,13 +120,24 @@ class UsageMeter:
         finally:
             _meter.reset(token)
 
+    @contextlib.contextmanager
+    def child(self) -> Iterator["UsageMeter"]:
+        """A fresh meter, active in this block, that also adds everything to this one."""
+        sub = UsageMeter(parent=self)
+        with sub.active():
+            yield sub
+
+
+def current_meter() -> UsageMeter | None:
+    return _meter.get()
+
 
 class _RoleTracker:
     def __init__(self, meter: UsageMeter, role_name: str):
         self.meter, self.role_name = meter, role_name
 
     def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
-        self.meter.add(self.role_name, usage_entry or {})
+        self.meter.add(self.role_name, usage_entry or {}, model=lm)
 
     def __deepcopy__(self, memo):  # dspy may deep-copy trackers across threads; keep ours shared
         return self
@@ -72,3 +152,6 @@ def role(role_name: str) -> Iterator[None]:
         return
     with dspy.context(usage_tracker=_RoleTracker(meter, role_name)):
         yield
+
+
+__all__ = ["ROLES", "UsageMeter", "current_meter", "price", "role"]

@@ -1,0 +1,155 @@
+"""AdaptiveGEPA's constructor is dspy.GEPA's (3.4.1): every parameter accepted with the same default and meaning;
+the mechanisms Adaptive-GEPA replaces raise one clear error; `auto` gives dspy.GEPA's budget; num_threads=None is
+dspy.settings.num_threads; gepa_kwargs keys with a counterpart are mapped, the rest refused clearly."""
+
+from __future__ import annotations
+
+import inspect
+
+import dspy
+import pytest
+
+from dspy_adaptive import AdaptiveGEPA
+from dspy_adaptive.compat import DSPY_GEPA_PARAMETERS
+from dspy_adaptive.data import InputError
+from tests.core import toy
+from tests.dropin.common import data, optimizer
+
+
+@pytest.fixture(autouse=True)
+def actor():
+    with dspy.context(lm=toy.actor_lm()):
+        yield
+
+
+def test_every_dspy_gepa_parameter_is_accepted_with_its_default():
+    theirs = inspect.signature(dspy.GEPA.__init__).parameters
+    ours = inspect.signature(AdaptiveGEPA.__init__).parameters
+    assert tuple(theirs)[1:] == DSPY_GEPA_PARAMETERS          # the list we map is dspy's, in its order
+    assert len(DSPY_GEPA_PARAMETERS) == 27                     # + self: dspy.GEPA's 28
+    assert list(ours)[: len(theirs)] == list(theirs)           # same names, same order, first
+    for name in DSPY_GEPA_PARAMETERS:
+        assert ours[name].default == theirs[name].default, name
+        assert ours[name].kind == theirs[name].kind, name
+
+
+def test_all_carried_over_parameters_together():
+    opt = AdaptiveGEPA(toy.metric, max_metric_calls=40, reflection_minibatch_size=2,
+                       candidate_selection_strategy="current_best", reflection_lm=toy.reflection_lm(),
+                       skip_perfect_score=False, add_format_failure_as_feedback=True, instruction_proposer=None,
+                       code_proposer=None, component_selector="round_robin", use_merge=False,
+                       max_merge_invocations=None, num_threads=2, failure_score=0.0, perfect_score=1.0,
+                       log_dir=None, track_stats=True, use_wandb=False, wandb_api_key=None, wandb_init_kwargs=None,
+                       track_best_outputs=True, warn_on_score_mismatch=False, use_mlflow=False, seed=None,
+                       gepa_kwargs={"display_progress_bar": False, "cache_evaluation": True}, progress=False)
+    assert opt.metric_fn is toy.metric and opt.progress is False
+    train, val = data()
+    res = opt.compile(dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
+    assert res.best_outputs_valset is not None and isinstance(res.seed, int)
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("instruction_proposer", lambda **kw: {}, "instruction_proposer=.*not supported.*reflection_lm"),
+    ("code_proposer", lambda **kw: {}, "code_proposer=.*not supported"),
+    ("component_selector", "all", "component_selector='all' is not supported.*action"),
+    ("component_selector", lambda *a: [], "component_selector=.*default"),
+])
+def test_replaced_mechanisms_raise_one_clear_error(name, value, words):
+    with pytest.raises(InputError, match=words):
+        AdaptiveGEPA(toy.metric, max_metric_calls=10, reflection_lm=toy.reflection_lm(), **{name: value})
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"max_reflection_cost": 1.0}, "max_cost_usd"),
+    ({"reflection_prompt_template": "x"}, "reflection_prompt_template"),
+    ({"stop_callbacks": []}, "max_metric_calls"),
+    ({"seed": 3}, r"AdaptiveGEPA\(seed=...\)"),
+    ({"frontier_type": "objective"}, "per-instance"),
+    ({"no_such_key": 1}, "not an argument of gepa.optimize"),
+])
+def test_gepa_kwargs_without_counterpart_raise_clearly(kwargs, words):
+    with pytest.raises(InputError, match=words):
+        AdaptiveGEPA(toy.metric, max_metric_calls=10, reflection_lm=toy.reflection_lm(), gepa_kwargs=kwargs)
+
+
+def test_gepa_kwargs_with_counterparts_are_mapped():
+    pytest.importorskip("mlflow")
+    opt = AdaptiveGEPA(toy.metric, max_metric_calls=10, reflection_lm=toy.reflection_lm(),
+                       gepa_kwargs={"use_mlflow": True, "mlflow_tracking_uri": "file:///tmp/x",
+                                    "mlflow_experiment_name": "e", "tracking_key_prefix": "p/",
+                                    "val_evaluation_policy": "full_eval", "acceptance_criterion": "strict_improvement"})
+    assert opt.use_mlflow and opt.tracking.mlflow_tracking_uri == "file:///tmp/x"
+    assert opt.tracking.mlflow_experiment_name == "e" and opt.tracking.key_prefix == "p/"
+
+
+def test_metric_signature_error_is_a_type_error_as_in_dspy():
+    def bad_metric(example, prediction):
+        return 0.0
+    with pytest.raises(TypeError, match="five arguments"):
+        AdaptiveGEPA(bad_metric, reflection_lm=toy.reflection_lm(), max_metric_calls=1)
+    with pytest.raises(TypeError):
+        dspy.GEPA(metric=bad_metric, reflection_lm=toy.reflection_lm(), max_metric_calls=1)
+
+
+def test_track_best_outputs_needs_track_stats_as_in_dspy():
+    with pytest.raises(InputError, match="track_stats"):
+        AdaptiveGEPA(toy.metric, max_metric_calls=10, reflection_lm=toy.reflection_lm(), track_best_outputs=True)
+
+
+class TwoPredictors(dspy.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = dspy.Predict("question -> draft")
+        self.b = dspy.ChainOfThought("question, draft -> answer")
+
+    def forward(self, question):
+        return self.b(question=question, draft=self.a(question=question).draft)
+
+
+@pytest.mark.parametrize("auto", ["light", "medium", "heavy"])
+@pytest.mark.parametrize("program, with_val", [(lambda: dspy.Predict("question -> answer"), True),
+                                               (TwoPredictors, True), (TwoPredictors, False)])
+def test_auto_gives_dspy_gepa_budget_for_the_same_data(auto, program, with_val):
+    from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS, GEPA
+    train, val = toy.make_examples(10), toy.make_examples(7, offset=100)
+    student = program()
+    theirs = GEPA(toy.metric, auto=auto, reflection_lm=toy.reflection_lm())
+    expected = theirs.auto_budget(num_preds=len(student.named_predictors()),
+                                  num_candidates=AUTO_RUN_SETTINGS[auto]["n"],
+                                  valset_size=len(val) if with_val else len(train))
+    ours = AdaptiveGEPA(toy.metric, auto=auto, reflection_lm=toy.reflection_lm())
+    assert ours._budget_calls(student, len(train), len(val) if with_val else 0) == expected
+
+
+def test_auto_budget_is_what_a_run_gets(monkeypatch):
+    train, val = data()
+    routed = optimizer(auto="light", max_metric_calls=None).compile(dspy.Predict("question -> answer"),
+                                                                    trainset=train, valset=val)
+    from dspy.teleprompt.gepa.gepa import GEPA
+    assert routed.detailed_results.budget["max"] == GEPA.auto_budget(None, 1, 6, len(val))
+
+
+def test_num_threads_none_is_dspy_settings_num_threads(monkeypatch):
+    from dspy_adaptive.search import evaluate
+    seen = []
+    original = evaluate.Evaluator.__init__
+
+    def spy(self, *a, **kw):
+        seen.append(kw["num_threads"])
+        original(self, *a, **kw)
+    monkeypatch.setattr(evaluate.Evaluator, "__init__", spy)
+    train, val = data()
+    with dspy.context(num_threads=3):
+        optimizer(num_threads=None, max_metric_calls=20).compile(dspy.Predict("question -> answer"), trainset=train,
+                                                                 valset=val)
+    optimizer(num_threads=2, max_metric_calls=20).compile(dspy.Predict("question -> answer"), trainset=train,
+                                                          valset=val)
+    assert seen == [3, 2]
+
+
+@pytest.mark.parametrize("strategy", ["epsilon_greedy", "top_k_pareto"])
+def test_gepa_candidate_selection_strategies_dspy_passes_through(strategy):
+    train, val = data()
+    res = optimizer(candidate_selection_strategy=strategy).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
+    assert max(res.val_aggregate_scores) == pytest.approx(1.0)
