@@ -39,6 +39,10 @@ class MetricSignatureError(InputError, TypeError):
     """The metric does not take dspy.GEPA's five arguments. A TypeError too, as dspy.GEPA raises one."""
 
 
+class EmptyTrainsetError(InputError, AssertionError):
+    """compile() got no trainset. An AssertionError too, as dspy.GEPA's `assert` raises one."""
+
+
 def auto_budget(auto: str, num_components: int, valset_size: int) -> int:
     """dspy.GEPA's budget for `auto` on a program with `num_components` optimisable components (its
     predictors plus dspy.Flex submodules) and a validation set of `valset_size` rows (the trainset's size
@@ -124,7 +128,7 @@ _SET_BY_PARAMETER = {
 }
 
 _NO_COUNTERPART = {
-    "max_reflection_cost": ("is not supported by dspy.GEPA either (DSPy LMs do not report the running cost "
+    "max_reflection_cost": ("is not supported (nor by dspy.GEPA (DSPy LMs do not report the running cost "
                             "gepa needs); AdaptiveGEPA's max_cost_usd stops the search on the total USD cost of "
                             "every role, reflection included"),
     "reflection_prompt_template": ("cannot be passed via gepa_kwargs (as in dspy.GEPA); Adaptive-GEPA's reflection "
@@ -152,6 +156,8 @@ def map_gepa_kwargs(gepa_kwargs: Mapping[str, Any] | None) -> MappedGepaKwargs:
     if not isinstance(gepa_kwargs, Mapping):
         raise InputError(f"gepa_kwargs must be a dict, got {type(gepa_kwargs).__name__}")
     for key, value in gepa_kwargs.items():
+        if key == "max_reflection_cost" and value is None:
+            continue   # not set (dspy.GEPA accepts None too)
         if key in ("use_mlflow", "mlflow_attach_existing", "wandb_attach_existing"):
             setattr(out, key, bool(value))
         elif key in ("mlflow_tracking_uri", "mlflow_experiment_name"):
@@ -195,5 +201,5 @@ def _gepa_optimize_parameters() -> tuple[str, ...]:
         return ()
 
 
-__all__ = ["AUTO_RUN_SETTINGS", "DSPY_GEPA_PARAMETERS", "MappedGepaKwargs", "MetricSignatureError", "auto_budget",
-           "check_replaced", "map_gepa_kwargs", "program_components"]
+__all__ = ["AUTO_RUN_SETTINGS", "DSPY_GEPA_PARAMETERS", "EmptyTrainsetError", "MappedGepaKwargs",
+           "MetricSignatureError", "auto_budget", "check_replaced", "map_gepa_kwargs", "program_components"]

@@ -429,7 +429,7 @@ class RoutedProgram(dspy.Module, Parameter):
             return label
         for name, p in self.fallback.named_predictors():
             if p is predictor:
-                return f"fallback.{name}"
+                return "fallback" if name == "self" else f"fallback.{name}"
         return type(predictor).__name__
 
     # -- a DSPy module's parameters -------------------------------------------------------------------

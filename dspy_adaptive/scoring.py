@@ -153,6 +153,14 @@ def _format_failure(exc: Any) -> str:
     return ""
 
 
+def _step_value(value: Any) -> str:
+    """A predictor input as recorded text; media (dspy.Image and other dspy.Type values) as a placeholder."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if items and all(isinstance(v, dspy.Type) for v in items):
+        return ", ".join(f"[{type(v).__name__.lower()}]" for v in items)
+    return clip(value, 800)
+
+
 def _steps(label: PredictorLabel, trace: list | None) -> list[dict[str, Any]]:
     steps = []
     for predictor, inputs, outputs in trace or []:
@@ -162,7 +170,7 @@ def _steps(label: PredictorLabel, trace: list | None) -> list[dict[str, Any]]:
             out = {"output": outputs}
         steps.append({
             "predictor": label(predictor),
-            "inputs": {k: clip(v, 800) for k, v in dict(inputs).items()},
+            "inputs": {k: _step_value(v) for k, v in dict(inputs).items()},
             "outputs": {k: clip(v, 800) for k, v in out.items()},
         })
     return steps

@@ -23,6 +23,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from dspy_adaptive.compat import (
     AUTO_RUN_SETTINGS,
+    EmptyTrainsetError,
     MetricSignatureError,
     auto_budget,
     check_replaced,
@@ -343,6 +344,11 @@ class AdaptiveGEPA(Teleprompter):
         if not isinstance(student, dspy.Module):
             raise InputError(f"student must be a dspy.Module (it becomes the frozen fallback), "
                              f"got {type(student).__name__}")
+        if trainset is None:   # an AssertionError too, as dspy.GEPA's `assert` raises
+            raise EmptyTrainsetError("trainset is None: pass a non-empty list of dspy.Example objects")
+        if hasattr(trainset, "__len__") and not isinstance(trainset, (str, bytes)) and len(trainset) == 0:
+            raise EmptyTrainsetError("trainset is empty: pass at least one dspy.Example (the feedback set "
+                                     "reflection reads)")
         train = make_rows(trainset, "trainset")
         val = make_rows(valset, "valset") if valset is not None else train
         if input_keys(train) != input_keys(val) and set(input_keys(train)) != set(input_keys(val)):

@@ -11,8 +11,9 @@ What a search logs:
 * at the end, the run directory (run.json, report.md, the PNGs, the exported best library) as artifacts.
 
 MLflow: logs into the active run when there is one (attaches, and leaves it open); otherwise starts a run
-(in `mlflow_experiment_name`, against `mlflow_tracking_uri` when given) and ends it. Every write names its
-run id, so the logging thread does not matter. W&B: attaches to `wandb.run` when `wandb_attach_existing`
+(in `mlflow_experiment_name`, against `mlflow_tracking_uri` when given, through a client of its own: no
+global MLflow setting changes) and ends it. Every write names its run id, so the logging thread does not
+matter. W&B: attaches to `wandb.run` when `wandb_attach_existing`
 (gepa_kwargs) and a run is active, else `wandb.init(**wandb_init_kwargs)`.
 
 Separately, every full validation is a `dspy.Evaluate` run for DSPy's callbacks (search/evaluate.py), so
@@ -73,26 +74,30 @@ class Tracker:
 
 
 class MlflowTracker(Tracker):
+    """MLflow through its client API with explicit run ids; no global MLflow setting is changed."""
+
     def __init__(self, s: TrackingSettings):
         import mlflow
         from mlflow.tracking import MlflowClient
 
         self.mlflow, self.s = mlflow, s
-        if s.mlflow_tracking_uri:
-            mlflow.set_tracking_uri(s.mlflow_tracking_uri)
-        self.client = MlflowClient()
+        self.client = MlflowClient(tracking_uri=s.mlflow_tracking_uri) if s.mlflow_tracking_uri else MlflowClient()
         self.run_id: str | None = None
         self.owns_run = False
+        self.fluent = False
 
     def start(self, config: Mapping[str, Any]) -> None:
         active = self.mlflow.active_run()
-        if active is not None:
+        if active is not None and not self.s.mlflow_tracking_uri:
             self.run_id = active.info.run_id       # attach: log into the caller's run, leave it open
-        else:
-            if self.s.mlflow_experiment_name:
-                self.mlflow.set_experiment(self.s.mlflow_experiment_name)
-            run = self.mlflow.start_run(run_name="adaptive-gepa")
-            self.run_id, self.owns_run = run.info.run_id, True
+        elif self.s.mlflow_tracking_uri or self.s.mlflow_experiment_name:
+            name = self.s.mlflow_experiment_name
+            exp = self.client.get_experiment_by_name(name) if name else None
+            exp_id = exp.experiment_id if exp is not None else (self.client.create_experiment(name) if name else "0")
+            self.run_id, self.owns_run = self.client.create_run(exp_id, run_name="adaptive-gepa").info.run_id, True
+        else:   # the caller's MLflow defaults; an active run for the search, so autolog's eval runs nest in it
+            self.run_id, self.owns_run = self.mlflow.start_run(run_name="adaptive-gepa").info.run_id, True
+            self.fluent = True
         params = {f"{self.s.key_prefix}{k}": _param_text(v) for k, v in config.items()}
         for k, v in params.items():   # one by one: a key the caller's run already holds keeps its value
             try:
@@ -114,11 +119,12 @@ class MlflowTracker(Tracker):
 
     def finish(self, failed: bool = False) -> None:
         if self.owns_run and self.run_id is not None:
+            status = "FAILED" if failed else "FINISHED"
             active = self.mlflow.active_run()
-            if active is not None and active.info.run_id == self.run_id:
-                self.mlflow.end_run(status="FAILED" if failed else "FINISHED")
+            if self.fluent and active is not None and active.info.run_id == self.run_id:
+                self.mlflow.end_run(status=status)
             else:
-                self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
+                self.client.set_terminated(self.run_id, status=status)
 
 
 class WandbTracker(Tracker):
