@@ -5,8 +5,9 @@ module holds what that needs beyond the teleprompter itself:
 
 * the budget of `auto` (dspy.GEPA's own formula, on the same numbers, so the same data gives the same
   budget);
-* the parameters that name a mechanism Adaptive-GEPA replaces (`instruction_proposer`, `code_proposer`,
-  `component_selector`): one clear error each, saying why and what to use instead;
+* `component_selector`, which names a mechanism Adaptive-GEPA replaces (its reflection LM picks an action
+  and target): one clear error, saying why and what to use instead (`instruction_proposer` and
+  `code_proposer` map onto the rewrite actions: reflection/external.py);
 * `gepa_kwargs`: each key that has a counterpart here is mapped onto it; every other key raises one clear
   error (dspy.GEPA would pass it to `gepa.optimize`, which Adaptive-GEPA does not run).
 

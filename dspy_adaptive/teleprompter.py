@@ -34,6 +34,7 @@ from dspy_adaptive.data import InputError, Row, input_keys, make_rows
 from dspy_adaptive.detailed import DetailedResults
 from dspy_adaptive.library import Library
 from dspy_adaptive.merge.proposer import MergeProposer
+from dspy_adaptive.reflection.external import ProposerReflector
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.results import AdaptiveGEPAResult, write_run_record
 from dspy_adaptive.routed_program import RoutedProgram, normalise_tools
@@ -123,9 +124,15 @@ class AdaptiveGEPA(Teleprompter):
         skip_perfect_score: skip reflection when the parent scores `perfect_score` on the whole minibatch.
         add_format_failure_as_feedback: when the program fails because an LM answer could not be parsed into
             its output fields, show reflection the LM's raw answer with the failure (default: the failure only).
-        instruction_proposer: not supported (Adaptive-GEPA writes libraries, not predictor instructions): None.
-        code_proposer: not supported (specialist programs are written by reflection): None.
-        component_selector: not supported (reflection picks an action and its slot): "round_robin".
+        instruction_proposer: dspy.GEPA's ProposalFn, mapped onto Adaptive-GEPA's components: it writes the text of
+            rewrite_router ("router") and rewrite_description ("slot<k>.description") actions (and of
+            rewrite_program without a code_proposer), called in the reflection LM's context with gepa's
+            reflective dataset; the reflection LM still selects actions and writes activations
+            (`dspy_adaptive.reflection.external`). None: the reflection LM writes every edit.
+        code_proposer: dspy.GEPA's CodeProposalFn, mapped onto rewrite_program: it writes a specialist's new
+            source ("slot<k>.program"), which the sandbox policy checks like any other. None: the reflection LM.
+        component_selector: not supported (the reflection LM picks an action and its slot); leave it at
+            "round_robin" (any other value is a clear error).
         use_merge: propose merges of two branches that share an ancestor (footprint-aligned).
         max_merge_invocations: most merges proposed in a run (None: no limit).
         num_threads: threads that run evaluation rows in parallel (None: `dspy.settings.num_threads`).
@@ -216,10 +223,10 @@ class AdaptiveGEPA(Teleprompter):
     ):
         super().__init__()
         _check_metric(metric)
-        for name, value, default in (("instruction_proposer", instruction_proposer, None),
-                                     ("code_proposer", code_proposer, None),
-                                     ("component_selector", component_selector, "round_robin")):
-            check_replaced(name, value, default)
+        check_replaced("component_selector", component_selector, "round_robin")
+        for name, value in (("instruction_proposer", instruction_proposer), ("code_proposer", code_proposer)):
+            if value is not None and not callable(value):
+                raise InputError(f"{name} must be callable (dspy.GEPA's proposer protocol), got {type(value).__name__}")
         mapped = map_gepa_kwargs(gepa_kwargs)
         budgets = [x is not None for x in (auto, max_full_evals, max_metric_calls)]
         if sum(budgets) != 1:
@@ -232,8 +239,11 @@ class AdaptiveGEPA(Teleprompter):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
         if reflection_lm is None:
+            extra = (" (also with instruction_proposer: the proposer writes the rewrite actions' text, while the "
+                     "reflection LM selects each action and its target and writes activations)"
+                     if instruction_proposer is not None or code_proposer is not None else "")
             raise InputError("reflection_lm is required: pass a strong model, e.g. "
-                             "reflection_lm=dspy.LM('openai/gpt-5', temperature=1.0)")
+                             f"reflection_lm=dspy.LM('openai/gpt-5', temperature=1.0){extra}")
         if candidate_selection_strategy not in SELECTORS:
             raise InputError(f"candidate_selection_strategy must be one of {sorted(SELECTORS)}, "
                              f"got {candidate_selection_strategy!r} (a gepa CandidateSelector object reads gepa's "
@@ -277,6 +287,7 @@ class AdaptiveGEPA(Teleprompter):
         self.skip_perfect_score, self.perfect_score = skip_perfect_score, perfect_score
         self.add_format_failure_as_feedback = add_format_failure_as_feedback
         self.component_selector = component_selector
+        self.instruction_proposer, self.code_proposer = instruction_proposer, code_proposer
         self.failure_score = failure_score
         self.use_merge, self.max_merge_invocations, self.merge_cadence = use_merge, max_merge_invocations, merge_cadence
         self.alignment = alignment
@@ -387,8 +398,13 @@ class AdaptiveGEPA(Teleprompter):
         evaluator = Evaluator(base, self.metric, budget, num_threads=num_threads, failure_score=self.failure_score,
                               keep_outputs=self.track_best_outputs,
                               format_failure_feedback=self.add_format_failure_as_feedback)
-        reflector = Reflector(self.reflection_lm, input_names=input_keys(train), output_names=(),
-                              tools=tuple(base.tools))
+        if self.instruction_proposer is not None or self.code_proposer is not None:
+            reflector = ProposerReflector(self.reflection_lm, instruction_proposer=self.instruction_proposer,
+                                          code_proposer=self.code_proposer, input_names=input_keys(train),
+                                          output_names=(), tools=tuple(base.tools))
+        else:
+            reflector = Reflector(self.reflection_lm, input_names=input_keys(train), output_names=(),
+                                  tools=tuple(base.tools))
         tracker = SearchTracker(self.tracking)
         engine = SearchEngine(settings=settings, seed_library=Library.empty(self.max_specialists), train=train,
                               val=val, evaluator=evaluator, reflector=reflector,

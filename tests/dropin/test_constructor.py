@@ -12,6 +12,7 @@ import pytest
 from dspy_adaptive import AdaptiveGEPA
 from dspy_adaptive.compat import DSPY_GEPA_PARAMETERS
 from dspy_adaptive.data import InputError
+from dspy_adaptive.testing import scripted_lm
 from tests.core import toy
 from tests.dropin.common import data, optimizer
 
@@ -49,8 +50,7 @@ def test_all_carried_over_parameters_together():
 
 
 @pytest.mark.parametrize("name, value, words", [
-    ("instruction_proposer", lambda **kw: {}, "instruction_proposer=.*not supported.*reflection_lm"),
-    ("code_proposer", lambda **kw: {}, "code_proposer=.*not supported"),
+    ("instruction_proposer", "not callable", "instruction_proposer must be callable"),
     ("component_selector", "all", "component_selector='all' is not supported.*action"),
     ("component_selector", lambda *a: [], "component_selector=.*default"),
 ])
@@ -153,3 +153,61 @@ def test_gepa_candidate_selection_strategies_dspy_passes_through(strategy):
     res = optimizer(candidate_selection_strategy=strategy).compile(
         dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
     assert max(res.val_aggregate_scores) == pytest.approx(1.0)
+
+
+def test_add_format_failure_as_feedback_shows_reflection_the_unparseable_answer():
+    from dspy_adaptive.scoring import score_example
+    lm = scripted_lm(lambda call: "I refuse to use your format: the answer is 4", model="scripted/rude")
+    ex = dspy.Example(question="2+2?", answer="4").with_inputs("question")
+    with dspy.context(lm=lm):
+        plain = score_example(dspy.Predict("question -> answer"), ex, toy.metric)
+        shown = score_example(dspy.Predict("question -> answer"), ex, toy.metric, format_failure_feedback=True)
+    assert plain.error and shown.error and plain.score == shown.score == 0.0
+    assert "The LM answered:" not in plain.feedback
+    assert "could not be parsed" in shown.feedback
+    assert shown.feedback.split("The LM answered:")[1].strip() == "I refuse to use your format: the answer is 4"
+    assert optimizer(add_format_failure_as_feedback=True).add_format_failure_as_feedback is True
+
+
+def test_instruction_and_code_proposers_write_the_rewrite_actions():
+    calls = []
+
+    def instruction_proposer(candidate, reflective_dataset, components_to_update):
+        calls.append(("instruction", dict(candidate), dict(reflective_dataset), list(components_to_update)))
+        return dict.fromkeys(components_to_update, "Route every 'add:' request to slot 1.")
+
+    def code_proposer(candidate, reflective_dataset, components_to_update, task_descriptions, context_blurbs):
+        calls.append(("code", dict(candidate), dict(reflective_dataset), list(components_to_update),
+                      dict(task_descriptions), dict(context_blurbs)))
+        return dict.fromkeys(components_to_update, "```python\n" + toy.ADD_SOURCE + "\n# from the code proposer\n```")
+
+    state = {"n": 0}
+
+    def respond(call):
+        fields, specialists = call.output_fields, call.field("specialists") or ""
+        if "action" in fields:
+            state["n"] += 1
+            if "(active" not in specialists:
+                return {"action": "activate", "slot": "1"}
+            return {"action": "rewrite_program" if state["n"] % 2 else "rewrite_router", "slot": "1"}
+        if "profile" in fields:
+            return {"description": toy.ARITH_DESCRIPTION, "program": toy.ADD_SOURCE, "profile": "fast"}
+        return "garbage"   # the proposers write every rewrite: the reflection LM is never asked for one
+
+    train, val = data()
+    res = optimizer(scripted_lm(respond, model="scripted/reflection"), instruction_proposer=instruction_proposer,
+                    code_proposer=code_proposer, max_metric_calls=80, skip_perfect_score=False).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
+    kinds = {c[0] for c in calls}
+    assert kinds == {"instruction", "code"}
+    code = next(c for c in calls if c[0] == "code")
+    assert code[3] == ["slot1.program"] and set(code[1]) == {"router", "slot1.description", "slot1.program"}
+    records = code[2]["slot1.program"]
+    assert records and set(records[0]) == {"Inputs", "Generated Outputs", "Feedback"}
+    assert set(records[0]["Inputs"]) == {"question"}                 # inputs only: labels never reach a proposer
+    assert code[4] == {"slot1.program": toy.ARITH_DESCRIPTION} and "dspy.Module" in code[5]["slot1.program"]
+    instruction = next(c for c in calls if c[0] == "instruction")
+    assert instruction[3] == ["router"]
+    rewrites = [p for p in res.proposals if p["action"] in ("rewrite_program", "rewrite_router")]
+    assert rewrites and all(p["child_hash"] is not None and p["failure"] in (None, "gate", "no_change")
+                            for p in rewrites)

@@ -36,9 +36,11 @@ EXPECTED_DIFFERENCES = {
         "is never None, which Adaptive-GEPA reads as a run to attach to."),
     "test_basic_workflow[False]": "the same exact-instruction assertion as test_basic_workflow[True].",
     "test_workflow_with_custom_instruction_proposer_and_component_selector": (
-        "passes instruction_proposer= and component_selector=, dspy.GEPA's per-predictor rewriting hooks. "
-        "Adaptive-GEPA replaces that mechanism (typed actions on a library), so it refuses both with one clear "
-        "InputError saying why and what to use; silently ignoring a user's proposer would be worse."),
+        "passes component_selector=, dspy.GEPA's choice of which predictors to rewrite. Adaptive-GEPA's reflection "
+        "LM chooses an action and its slot instead, so it refuses a selector with one clear InputError saying why "
+        "(silently ignoring a user's selector would be worse); the test then asserts the exact instructions "
+        "dspy.GEPA writes into the student's predictors, which Adaptive-GEPA never rewrites (the student is its "
+        "frozen fallback)."),
     "test_component_selector_functionality": (
         "passes a custom component_selector and asserts it is called with the predictor names; Adaptive-GEPA's "
         "reflection chooses an action and slot instead, and refuses the selector with a clear error."),
@@ -49,13 +51,14 @@ EXPECTED_DIFFERENCES = {
         "component_selector='all' is refused clearly."),
     "test_alternating_half_component_selector": "a custom component_selector: refused clearly, as above.",
     "test_custom_proposer_without_reflection_lm": (
-        "a custom instruction_proposer with no reflection_lm: Adaptive-GEPA needs a reflection LM for its action "
-        "selection and edits, and refuses instruction_proposer with a clear error."),
-    "test_reflection_lm_gets_structured_images": (
-        "passes instruction_proposer=MultiModalInstructionProposer(); refused clearly (images from the requests "
-        "do reach Adaptive-GEPA's own reflection LM as images: tests/dropin/test_images.py)."),
+        "reflection_lm=None with a custom instruction_proposer. The proposer is accepted (it writes Adaptive-GEPA's "
+        "rewrite actions), but the reflection LM is still required: it selects each action and target and writes "
+        "activations, which no ProposalFn can do; AdaptiveGEPA says so in one clear InputError."),
     "test_image_serialization_into_strings": (
-        "a custom instruction_proposer that inspects the reflective dataset: refused clearly, as above."),
+        "its reflection LM is a DummyLM that answers only dspy.GEPA's proposal prompt ({'improved_instruction': "
+        "...}); Adaptive-GEPA's reflection LM must first select an action, that answer does not parse as one, so "
+        "no rewrite is proposed and the custom proposer is never called. (Its images reach Adaptive-GEPA's "
+        "reflection as images: tests/dropin/test_images.py; test_reflection_lm_gets_structured_images passes.)"),
     "test_gepa_seed_mixes_code_and_instruction_components": (
         "monkeypatches gepa.optimize and reads the seed candidate dspy.GEPA hands it; Adaptive-GEPA runs its own "
         "engine (gepa's Pareto helpers, not gepa.optimize), so the patched function is never called."),
