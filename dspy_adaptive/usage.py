@@ -5,9 +5,10 @@ DSPy's LM layer calls `settings.usage_tracker.add_usage(model, usage)` after eve
 with no meter active it does nothing, so RoutedProgram outside a search pays nothing.
 
 DSPy does not hand the tracker a price, so each call is priced here from its model name and token counts
-with litellm's cost map (`litellm.cost_per_token`; offline, set LITELLM_LOCAL_MODEL_COST_MAP=True to use the
-bundled map). A model litellm cannot price (a local or scripted model) costs 0 and is listed in
-`unpriced_models`. Cached calls are free: DSPy reports no usage for them.
+with DSPy's own model metadata (litellm's public price map, which DSPy loads to price its calls; offline, set
+LITELLM_LOCAL_MODEL_COST_MAP=True as for DSPy). A model without a price there (a local or scripted model) costs
+0 and is listed in `unpriced_models`. Cached calls are free: DSPy reports no usage for them. Prices are list
+prices per token (cached-token discounts are not applied): an estimate to steer by, not an invoice.
 
 A meter can have a parent: `meter.child()` opens a meter that also adds everything it records to its
 parent, so the search keeps one ledger per proposal while the run's ledger stays whole.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import threading
 from collections import defaultdict
 from typing import Any, Iterator
@@ -33,20 +33,37 @@ def _empty() -> dict[str, float]:
     return {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0}
 
 
-@functools.lru_cache(maxsize=512)
-def _unit_prices(model: str) -> tuple[float, float] | None:
-    """(USD per prompt token, USD per completion token) of `model`, or None when litellm cannot price it."""
-    try:
-        import litellm
+_PRICES: dict[str, tuple[float, float] | None] = {}
 
-        costs = getattr(litellm, "model_cost", None) or {}
-        if model not in costs and model.split("/", 1)[-1] not in costs:
-            return None   # litellm does not know it (and would print a provider list while failing to price it)
-        prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=1_000_000,
-                                                    completion_tokens=1_000_000)
-        return float(prompt) / 1_000_000, float(completion) / 1_000_000
-    except Exception:  # noqa: BLE001 - unknown model, no cost map: not priced
+
+def _unit_prices(model: str) -> tuple[float, float] | None:
+    """(USD per prompt token, USD per completion token) of `model` from DSPy's own model metadata (the map DSPy
+    prices its calls with), or None. Read only once DSPy has loaded that map itself -- it does on its first
+    priced call -- so pricing here never causes a download or a file read of its own (a scripted or local
+    model, which DSPy does not price, stays unpriced)."""
+    hit = _PRICES.get(model, False)
+    if hit is not False:
+        return hit
+    try:
+        from dspy.clients import model_metadata
+    except ImportError:  # pragma: no cover - another dspy
         return None
+    data = getattr(model_metadata, "_data", None)
+    if data is None:
+        return None
+    info: dict = {}
+    try:
+        if "/" in model:
+            provider, name = model.split("/", 1)
+            info = model_metadata.model_info(provider, name) or {}
+        if not info and isinstance(data.get(model), dict):
+            info = data[model]
+        prompt, completion = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+        prices = (float(prompt), float(completion)) if prompt is not None and completion is not None else None
+    except Exception:  # noqa: BLE001 - malformed metadata: not priced
+        prices = None
+    _PRICES[model] = prices
+    return prices
 
 
 def price(model: str | None, usage: dict[str, Any]) -> float | None:

@@ -182,3 +182,27 @@ def test_a_source_without_predictors_and_one_that_fails_to_build():
 
 def test_two_step_source_is_the_one_under_test():
     assert "self.polish" in TWO_STEP
+
+
+def test_a_submodule_save_loads_in_a_fresh_process(rp, tmp_path):
+    from tests.dropin.test_bugs import Outer
+    rp.router.demos = [dspy.Example(question="add: 1 1", specialists="...", slot="1")]
+    Outer(rp).save(str(tmp_path / "outer.json"))
+    script = textwrap.dedent(f"""
+        import json, dspy
+        from dspy_adaptive import RoutedProgram, route_of
+        from tests.dropin.common import actor_lm
+        from tests.dropin.test_bugs import Outer
+        lm = actor_lm()
+        outer = Outer(RoutedProgram(dspy.Predict("question -> answer"), fast_lm=lm, deep_lm=lm))
+        outer.load({str(tmp_path / "outer.json")!r})
+        pred = outer(question="add: 5 5")
+        print(json.dumps({{"answer": pred.answer, "executed": route_of(pred).executed,
+                          "router_demos": len(outer.routed.router.demos)}}))
+        outer.routed.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"answer": "polished draft:add: 5 5", "executed": 1, "router_demos": 1}

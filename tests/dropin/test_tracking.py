@@ -155,7 +155,15 @@ def test_a_missing_tracker_package_is_an_error_before_the_search(monkeypatch):
 PRICED = "openai/gpt-4o-mini"
 
 
-def test_cost_ledger_per_role_and_per_proposal(tmp_path):
+@pytest.fixture
+def priced():
+    """DSPy's model metadata loaded, as DSPy does on its first priced call (scripted engines are not priced by
+    DSPy, so the tests load it themselves; LITELLM_LOCAL_MODEL_COST_MAP keeps it offline)."""
+    from dspy.clients.model_metadata import _load
+    _load()
+
+
+def test_cost_ledger_per_role_and_per_proposal(tmp_path, priced):
     actor = scripted_lm(toy.actor_respond, model=PRICED)
     reflection = toy.reflection_lm()
     reflection.model = PRICED
@@ -175,7 +183,7 @@ def test_cost_ledger_per_role_and_per_proposal(tmp_path):
     assert "USD" in report and "| reflection |" in report and "Cost per proposal" in report
 
 
-def test_max_cost_usd_stops_like_the_call_budget():
+def test_max_cost_usd_stops_like_the_call_budget(priced):
     actor = scripted_lm(toy.actor_respond, model=PRICED)
     train, val = data()
     with dspy.context(lm=actor):
@@ -191,7 +199,7 @@ def test_max_cost_usd_stops_like_the_call_budget():
     assert before_last < limit <= capped.cost_usd
 
 
-def test_price_and_meter():
+def test_price_and_meter(priced):
     assert price(PRICED, {"prompt_tokens": 1000, "completion_tokens": 1000}) == pytest.approx(0.00075)
     assert price("scripted/x", {"prompt_tokens": 10}) is None
     assert price("scripted/x", {"cost": 0.5}) == 0.5
