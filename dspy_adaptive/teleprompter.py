@@ -9,6 +9,7 @@ first LM call; errors say what to fix.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -476,6 +477,8 @@ class AdaptiveGEPA(Teleprompter):
                 "(its fingerprint differs). Refusing to resume it silently: use a new log_dir, or delete "
                 "the old one to start over.")
         engine.load_state_dict(state)
+        if state.get("seed") is not None and state["seed"] != engine.s.seed:   # seed=None: the run's own seed
+            engine.s = dataclasses.replace(engine.s, seed=state["seed"])
         cache, tags, dropped = store.load_evals(engine.committed)
         evaluator.cache.update(cache)
         engine.lost_calls += dropped   # really spent, but by an iteration the interruption discarded
@@ -489,8 +492,12 @@ class AdaptiveGEPA(Teleprompter):
         except Exception:
             program_state = repr(student)
         # what the search does with these rows (the budget's size and the idle limit may change on resume)
-        config = {k: v for k, v in settings.to_dict().items() if k != "max_idle_iterations"}
+        # (seed=None draws a seed per compile: a rerun resumes with the run's own seed, kept in its state)
+        skip = ("max_idle_iterations", "seed") if self.seed is None else ("max_idle_iterations",)
+        config = {k: v for k, v in settings.to_dict().items() if k not in skip}
         config.update(failure_score=self.failure_score, alignment=self.alignment)
+        if self.add_format_failure_as_feedback:   # (only when set: older runs keep their fingerprint)
+            config["format_failure_feedback"] = True
         payload = {
             "program": type(student).__qualname__, "program_state": program_state, "config": config,
             "max_specialists": self.max_specialists, "candidate_selection": self.candidate_selection_strategy,

@@ -211,3 +211,13 @@ def test_instruction_and_code_proposers_write_the_rewrite_actions():
     rewrites = [p for p in res.proposals if p["action"] in ("rewrite_program", "rewrite_router")]
     assert rewrites and all(p["child_hash"] is not None and p["failure"] in (None, "gate", "no_change")
                             for p in rewrites)
+
+
+def test_seed_none_draws_a_seed_and_a_rerun_resumes_with_it(tmp_path):
+    train, val = data()
+    first = optimizer(seed=None, log_dir=str(tmp_path)).compile(dspy.Predict("question -> answer"), trainset=train,
+                                                                valset=val).detailed_results
+    again = optimizer(seed=None, log_dir=str(tmp_path)).compile(dspy.Predict("question -> answer"), trainset=train,
+                                                                valset=val).detailed_results
+    assert isinstance(first.seed, int) and again.seed == first.seed
+    assert again.total_metric_calls == first.total_metric_calls          # resumed, not run again
