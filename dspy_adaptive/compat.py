@@ -5,9 +5,10 @@ module holds what that needs beyond the teleprompter itself:
 
 * the budget of `auto` (dspy.GEPA's own formula, on the same numbers, so the same data gives the same
   budget);
-* `component_selector`, which names a mechanism Adaptive-GEPA replaces (its reflection LM picks an action
-  and target): one clear error, saying why and what to use instead (`instruction_proposer` and
-  `code_proposer` map onto the rewrite actions: reflection/external.py);
+* `component_selector`: the default and a callable are accepted (a callable names the component to act on:
+  reflection/external.py); gepa's other built-in strings ("all") name a mechanism Adaptive-GEPA replaces and
+  raise one clear error, saying why and what to use instead (`instruction_proposer` and `code_proposer` map
+  onto the rewrite actions);
 * `gepa_kwargs`: each key that has a counterpart here is mapped onto it; every other key raises one clear
   error (dspy.GEPA would pass it to `gepa.optimize`, which Adaptive-GEPA does not run).
 
@@ -82,9 +83,11 @@ _REPLACED = {
         "with its own reflection calls (they run in its sandbox, whose contract the prompt states). Pass a strong "
         "reflection_lm instead."),
     "component_selector": (
-        "dspy.GEPA's component_selector picks which predictors to update; in Adaptive-GEPA the reflection LM "
-        "picks an action and its target slot (activate, rewrite_program, rewrite_description, rewrite_router, "
-        "deactivate) from the traces. Leave component_selector at its default ('round_robin')."),
+        "dspy.GEPA's built-in selectors cycle through or update all predictors at once; in Adaptive-GEPA one "
+        "proposal is one action on one target (activate, rewrite_program, rewrite_description, rewrite_router, "
+        "deactivate), chosen by the reflection LM from the traces. Leave component_selector at its default "
+        "('round_robin'), or pass a callable that names the component to act on "
+        "(dspy_adaptive.reflection.external)."),
 }
 
 

@@ -132,8 +132,10 @@ class AdaptiveGEPA(Teleprompter):
             (`dspy_adaptive.reflection.external`). None: the reflection LM writes every edit.
         code_proposer: dspy.GEPA's CodeProposalFn, mapped onto rewrite_program: it writes a specialist's new
             source ("slot<k>.program"), which the sandbox policy checks like any other. None: the reflection LM.
-        component_selector: not supported (the reflection LM picks an action and its slot); leave it at
-            "round_robin" (any other value is a clear error).
+        component_selector: "round_robin" (default): the reflection LM selects each action and its target. A
+            callable (gepa's ReflectionComponentSelector protocol) selects instead, by naming a component of the
+            parent library ("router", "slot<k>.description", "slot<k>.program"; an inactive slot's means
+            activate it); the other strings ("all") are refused with a clear error.
         use_merge: propose merges of two branches that share an ancestor (footprint-aligned).
         max_merge_invocations: most merges proposed in a run (None: no limit).
         num_threads: threads that run evaluation rows in parallel (None: `dspy.settings.num_threads`).
@@ -224,7 +226,8 @@ class AdaptiveGEPA(Teleprompter):
     ):
         super().__init__()
         _check_metric(metric)
-        check_replaced("component_selector", component_selector, "round_robin")
+        if not callable(component_selector):   # a callable maps onto the action choice; of the strings, only
+            check_replaced("component_selector", component_selector, "round_robin")   # the default is accepted
         for name, value in (("instruction_proposer", instruction_proposer), ("code_proposer", code_proposer)):
             if value is not None and not callable(value):
                 raise InputError(f"{name} must be callable (dspy.GEPA's proposer protocol), got {type(value).__name__}")
@@ -399,10 +402,11 @@ class AdaptiveGEPA(Teleprompter):
         evaluator = Evaluator(base, self.metric, budget, num_threads=num_threads, failure_score=self.failure_score,
                               keep_outputs=self.track_best_outputs,
                               format_failure_feedback=self.add_format_failure_as_feedback)
-        if self.instruction_proposer is not None or self.code_proposer is not None:
+        selector = self.component_selector if callable(self.component_selector) else None
+        if self.instruction_proposer is not None or self.code_proposer is not None or selector is not None:
             reflector = ProposerReflector(self.reflection_lm, instruction_proposer=self.instruction_proposer,
-                                          code_proposer=self.code_proposer, input_names=input_keys(train),
-                                          output_names=(), tools=tuple(base.tools))
+                                          code_proposer=self.code_proposer, component_selector=selector,
+                                          input_names=input_keys(train), output_names=(), tools=tuple(base.tools))
         else:
             reflector = Reflector(self.reflection_lm, input_names=input_keys(train), output_names=(),
                                   tools=tuple(base.tools))

@@ -78,10 +78,10 @@ class MlflowTracker(Tracker):
 
     def __init__(self, s: TrackingSettings):
         import mlflow
-        from mlflow.tracking import MlflowClient
 
         self.mlflow, self.s = mlflow, s
-        self.client = MlflowClient(tracking_uri=s.mlflow_tracking_uri) if s.mlflow_tracking_uri else MlflowClient()
+        client = mlflow.MlflowClient
+        self.client = client(tracking_uri=s.mlflow_tracking_uri) if s.mlflow_tracking_uri else client()
         self.run_id: str | None = None
         self.owns_run = False
         self.fluent = False
@@ -106,7 +106,7 @@ class MlflowTracker(Tracker):
                 pass
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        from mlflow.entities import Metric
+        Metric = self.mlflow.entities.Metric  # noqa: N806 - MLflow's class
 
         now = int(time.time() * 1000)
         batch = [Metric(f"{self.s.key_prefix}{k}", float(v), now, int(step)) for k, v in metrics.items()

@@ -52,7 +52,7 @@ def test_all_carried_over_parameters_together():
 @pytest.mark.parametrize("name, value, words", [
     ("instruction_proposer", "not callable", "instruction_proposer must be callable"),
     ("component_selector", "all", "component_selector='all' is not supported.*action"),
-    ("component_selector", lambda *a: [], "component_selector=.*default"),
+    ("component_selector", "every", "component_selector='every' is not supported.*callable"),
 ])
 def test_replaced_mechanisms_raise_one_clear_error(name, value, words):
     with pytest.raises(InputError, match=words):
@@ -221,3 +221,30 @@ def test_seed_none_draws_a_seed_and_a_rerun_resumes_with_it(tmp_path):
                                                                 valset=val).detailed_results
     assert isinstance(first.seed, int) and again.seed == first.seed
     assert again.total_metric_calls == first.total_metric_calls          # resumed, not run again
+
+
+def test_a_component_selector_chooses_the_action_and_target():
+    seen = []
+
+    def selector(state, trajectories, subsample_scores, candidate_idx, candidate):
+        seen.append((state, candidate_idx, list(subsample_scores), sorted(candidate)))
+        # activate slot 2 first, then rewrite its program
+        return ["slot2.program"] if candidate["slot2.description"] != "INACTIVE" else ["slot2.description"]
+
+    def respond(call):   # the reflection LM writes the edits only: it is never asked to select an action
+        fields = call.output_fields
+        assert "action" not in fields
+        if "profile" in fields:
+            return {"description": toy.ARITH_DESCRIPTION, "program": toy.ADD_SOURCE, "profile": "fast"}
+        return {"new_program": toy.ADD_SOURCE + "\n# rewritten\n"}
+
+    train, val = data()
+    res = optimizer(scripted_lm(respond, model="scripted/reflection"), component_selector=selector,
+                    max_metric_calls=60, skip_perfect_score=False).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
+    actions = [(p["action"], p["slot"]) for p in res.proposals if p["kind"] == "reflect"]
+    assert actions[0] == ("activate", 2) and ("rewrite_program", 2) in actions
+    assert res.best_library.active_ids() == (2,) and max(res.val_aggregate_scores) == pytest.approx(1.0)
+    state, idx, scores, names = seen[0]
+    assert state.i == 0 and seen[1][0].i == 1 and idx is None and len(scores) == 4
+    assert names == sorted(["router"] + [f"slot{k}.{part}" for k in range(1, 6) for part in ("description", "program")])
