@@ -91,6 +91,7 @@ class RowResult:
     steps: tuple[dict[str, Any], ...]
     metric_note: str | None = None  # the metric misbehaved (None/NaN/str...): recorded, scored as failure
     error_kind: str | None = None   # a failed specialist's SpecialistError kind, else the exception class
+    objective_scores: dict[str, float] | None = None   # the metric's objective_scores (multi-objective), if any
 
     @property
     def router_unparsed(self) -> bool:
@@ -128,11 +129,17 @@ class ProposalRecord:
     budget_at: int
     details: dict[str, Any] = field(default_factory=dict)
     failure: FailureKind | None = None
+    usage: dict[str, dict[str, float]] = field(default_factory=dict)   # LM calls/tokens/USD per role it spent
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["parents"], d["minibatch"] = list(self.parents), list(self.minibatch)
         return d
+
+    @property
+    def cost(self) -> float:
+        """USD this proposal spent on LM calls, every role."""
+        return sum(float(v.get("cost", 0.0)) for v in self.usage.values())
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ProposalRecord":

@@ -176,6 +176,30 @@ def plot_learning_curve(result: AdaptiveGEPAResult, path: str | Path) -> None:
     plt.close(fig)
 
 
+def usage_lines(r: AdaptiveGEPAResult) -> list[str]:
+    """The cost ledger: LM calls, tokens and USD per role, then per proposal (litellm's list prices; models it
+    cannot price count 0)."""
+    total = {k: sum(v.get(k, 0) for v in r.usage.values()) for k in ("calls", "prompt_tokens", "completion_tokens",
+                                                                     "cost")}
+    lines = ["", "## LM usage and cost by role", "", "| role | calls | prompt tokens | completion tokens | USD |",
+             "|---|---:|---:|---:|---:|"]
+    lines += [f"| {k} | {int(v['calls'])} | {int(v['prompt_tokens'])} | {int(v['completion_tokens'])} | "
+              f"{v['cost']:.4f} |" for k, v in r.usage.items()]
+    lines.append(f"| **total** | {int(total['calls'])} | {int(total['prompt_tokens'])} | "
+                 f"{int(total['completion_tokens'])} | {total['cost']:.4f} |")
+    costed = [p for p in r.proposals if p.get("usage")]
+    if costed:
+        roles = sorted({k for p in costed for k in p["usage"]})
+        lines += ["", "## Cost per proposal (USD)", "",
+                  "| iteration | kind | action | accepted | scored calls at | " + " | ".join(roles) + " | total |",
+                  "|---:|---|---|---|---:|" + "---:|" * (len(roles) + 1)]
+        for p in costed:
+            per = [p["usage"].get(k, {}).get("cost", 0.0) for k in roles]
+            lines.append(f"| {p['iteration']} | {p['kind']} | {p['action'] or '-'} | {'yes' if p['accepted'] else 'no'}"
+                         f" | {p['budget_at']} | " + " | ".join(f"{c:.4f}" for c in per) + f" | {sum(per):.4f} |")
+    return lines
+
+
 def render_markdown(r: AdaptiveGEPAResult) -> str:
     best = r.best_candidate
     lines = ["# Adaptive-GEPA run", "",
@@ -194,10 +218,7 @@ def render_markdown(r: AdaptiveGEPAResult) -> str:
                       f"{f.get('metric_faults', 0)} metric faults, "
                       f"{f.get('failed_reflections', 0)} failed reflections, "
                       f"{f.get('lost_to_interruptions', 0)} scored calls lost to interruptions."]
-    lines += ["", "## LM usage by role", "", "| role | calls | prompt tokens | completion tokens | cost |",
-              "|---|---:|---:|---:|---:|"]
-    lines += [f"| {k} | {int(v['calls'])} | {int(v['prompt_tokens'])} | {int(v['completion_tokens'])} | "
-              f"{v['cost']:.4f} |" for k, v in r.usage.items()]
+    lines += usage_lines(r)
     routes = Counter(v for v in r.executed[r.best_idx].values())
     lines += ["", f"## Routing of the best candidate on validation ({len(r.executed[r.best_idx])} rows)", ""]
     lines += [f"- {slot_label(k)}: {n}"

@@ -19,22 +19,32 @@ One call reads top to bottom:
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import json
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import dspy
+from dspy.predict.parameter import Parameter
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.formatting import lm_context
 from dspy_adaptive.library import FALLBACK, INACTIVE, Library
 from dspy_adaptive.sandbox import PredictorBridge, PredictorCache, SandboxPool, SpecialistError, compile_program
-from dspy_adaptive.sandbox.bridge import bridged_predictor  # noqa: F401 (re-exported for the baselines)
+from dspy_adaptive.sandbox.bridge import (  # noqa: F401 (bridged_predictor is re-exported for the baselines)
+    BridgeRefused,
+    PredictRequest,
+    bridged_predictor,
+    host_predictor,
+    parse_predict,
+)
+from dspy_adaptive.sandbox.compiler import source_hash
 from dspy_adaptive.usage import role
 
 _ROUTE_ATTR = "_adaptive_route"
@@ -121,8 +131,108 @@ def normalise_tools(tools: Mapping[str, Callable] | Sequence[Callable] | None) -
     return items
 
 
-class RoutedProgram(dspy.Module):
+class SpecialistPredictors(PredictorCache):
+    """The host side of every specialist predictor of one RoutedProgram.
+
+    A specialist's predictors are created by its source, in the sandbox, but their *state* lives here, on
+    host `dspy.Predict` / `dspy.ChainOfThought` objects: demos, instruction overrides, `lm`. Once a slot is
+    *discovered* (its `__init__` run once in a sandbox worker, `SandboxPool.describe`), each predictor it
+    creates has an owned host predictor under the stable name `slot<k>.<attribute path>`; when the sandboxed
+    program calls that predictor, the bridge serves the call with the owned object (so its demos, its
+    instructions and its lm apply, and DSPy's trace names it). A call the discovery did not foresee (a
+    predictor made in `forward`, or with other instructions or fields) is served, as before discovery, by a
+    fresh unowned predictor from the bounded cache.
+    """
+
+    def __init__(self, max_entries: int = 128):
+        super().__init__(max_entries)
+        self.owned: dict[tuple[int, str], tuple[tuple, dspy.Module]] = {}   # (slot, name) -> (request key, pred)
+        self.discovered: dict[int, str] = {}                               # slot -> source hash discovered
+        self._owned_labels: dict[int, str] = {}
+
+    def get(self, scope: Any, request: PredictRequest, label: str) -> dspy.Module:
+        hit = self.owned.get((scope, request.name))
+        if hit is not None and hit[0] == request.key:
+            return hit[1]
+        return super().get(scope, request, label)
+
+    def label_of(self, predictor: Any) -> str | None:
+        label = self._owned_labels.get(id(predictor))
+        return label if label is not None else super().label_of(predictor)
+
+    def adopt(self, slot: int, source_hash: str, requests: Sequence[PredictRequest]) -> None:
+        """Own a host predictor for each of `requests` (slot `slot`'s discovered predictors)."""
+        for req in requests:
+            if (slot, req.name) in self.owned:
+                continue
+            self.set_owned(slot, req.key, host_predictor(req.kind, req.signature, req.instructions))
+        self.discovered[slot] = source_hash
+
+    def set_owned(self, slot: int, key: tuple, predictor: dspy.Module) -> None:
+        name = key[0]
+        self.owned[(slot, name)] = (key, predictor)
+        label = f"slot{slot}.{name}"
+        self._owned_labels[id(predictor)] = label
+        for inner in predictor.predictors():
+            self._owned_labels[id(inner)] = label
+
+    def named(self) -> list[tuple[str, dspy.Module]]:
+        """(stable name, host module) of every owned predictor, by slot then discovery order."""
+        return [(f"slot{slot}.{name}", pred) for (slot, name), (_, pred) in sorted(
+            self.owned.items(), key=lambda kv: kv[0][0])]
+
+    def drop_slot(self, slot: int) -> None:
+        for key in [k for k in self.owned if k[0] == slot]:
+            _, pred = self.owned.pop(key)
+            self._owned_labels.pop(id(pred), None)
+            for inner in pred.predictors():
+                self._owned_labels.pop(id(inner), None)
+        self.discovered.pop(slot, None)
+
+    def __getstate__(self) -> dict[str, Any]:   # the owned predictors only (no lock, no unowned cache)
+        return {"max_entries": self.max_entries, "discovered": dict(self.discovered),
+                "owned": [(slot, key, pred) for (slot, _), (key, pred) in self.owned.items()]}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["max_entries"])
+        for slot, key, pred in state["owned"]:
+            self.set_owned(slot, key, pred)
+        self.discovered = dict(state["discovered"])
+
+    def copy_owned(self, memo: dict | None = None) -> "SpecialistPredictors":
+        """A new holder with deep copies of the owned predictors (no unowned cache)."""
+        other = SpecialistPredictors(self.max_entries)
+        for (slot, _name), (key, pred) in self.owned.items():
+            other.set_owned(slot, key, copy.deepcopy(pred, memo if memo is not None else {}))
+        other.discovered = dict(self.discovered)
+        return other
+
+
+def _infer_input_names(program: dspy.Module) -> tuple[str, ...] | None:
+    """The input fields of a program that declares them (a Predict/ChainOfThought, or a module with a
+    `signature`); None when it does not say."""
+    sig = getattr(program, "signature", None)
+    fields = getattr(sig, "input_fields", None)
+    if fields:
+        return tuple(fields)
+    return None
+
+
+class RoutedProgram(dspy.Module, Parameter):
     """Router -> specialist (sandboxed) or the frozen fallback. See the module docstring.
+
+    A full DSPy module:
+
+    * `named_predictors()` lists the router (`router`), every active specialist's predictors
+      (`slot<k>.<attribute path>`, `.predict` appended for a ChainOfThought's inner Predict) and the
+      fallback's (`fallback.<name>`), so `set_lm`, `BootstrapFewShot`, `dspy.GEPA` and friends run on a
+      routed program and change it (demos, instructions, lm). A specialist's predictors are found by running
+      its `__init__` once in a sandbox worker (see `SpecialistPredictors`).
+    * `acall` / `aforward` run a call in a worker thread; `batch`, `dspy.Evaluate` and threads work as for
+      any module.
+    * Inside a larger module it is one parameter (like `dspy.Flex`): `outer.save()` / `outer.load()` carry the
+      whole routed state (library, router, specialist and fallback predictor states), and
+      `save(save_program=True)` pickles it (the sandbox pool is not pickled; a new one starts on first use).
 
     Args:
         program: the user's DSPy program; a frozen deep copy serves as the fallback (slot 0).
@@ -135,6 +245,8 @@ class RoutedProgram(dspy.Module):
         sandbox: a shared `SandboxPool` to run specialists in (default: one is started on first use and
             closed by `close()`).
         max_specialists: the number of slots of the default empty library (ignored when `library` is given).
+        input_names: the request's input fields, which the router reads (default: the fallback's declared
+            inputs, else learnt from the first call).
     """
 
     def __init__(
@@ -147,37 +259,61 @@ class RoutedProgram(dspy.Module):
         tools: Mapping[str, Callable] | Sequence[Callable] | None = None,
         sandbox: SandboxPool | None = None,
         max_specialists: int = 5,
+        input_names: Sequence[str] | None = None,
     ):
         super().__init__()
         if not isinstance(program, dspy.Module):
             raise TypeError(f"RoutedProgram needs a dspy.Module as its fallback, got {type(program).__name__}")
-        fallback = copy.deepcopy(program)
-        fallback._compiled = True  # frozen: optimizers walking named_parameters() do not see it
+        fallback = program.deepcopy()   # dspy's own deepcopy: falls back per attribute (e.g. dspy.Parallel)
+        fallback._compiled = True  # frozen: optimizers walking the fallback on its own do not see it
         self.fallback = fallback
-        self.library = library if library is not None else Library.empty(max_specialists)
-        if not isinstance(self.library, Library):
+        library = library if library is not None else Library.empty(max_specialists)
+        if not isinstance(library, Library):
             raise TypeError("library must be a dspy_adaptive.Library")
         self.fast_lm = fast_lm
         self.deep_lm = deep_lm
         self.tools = normalise_tools(tools)
+        self.input_names = tuple(input_names) if input_names else _infer_input_names(program)
         self._sandbox = sandbox
         self._owns_sandbox = sandbox is None
-        self._lock = threading.Lock()
-        self._routers: dict[tuple[str, ...], dspy.Predict] = {}
-        self._predictors = PredictorCache()
+        self._lock = threading.RLock()
         self._route_memo: dict[tuple, tuple[int | None, str | None]] | None = None
+        self._set_library(library)
+
+    def _set_library(self, library: Library) -> None:
+        """Take `library`: a fresh router (its instructions) and fresh specialist predictor state."""
+        self._library = library
+        self.router = dspy.Predict(_router_signature(self.input_names or ("request",), library.router))
+        self._predictors = SpecialistPredictors()
+
+    # -- the library (the router predictor's instructions are its router text) -------------------------
+    @property
+    def library(self) -> Library:
+        """The library this program routes over. Its router text is the router predictor's instructions, so
+        an optimizer that rewrote them (dspy.GEPA) is reflected here, in `save` and in `export`."""
+        text = self.router.signature.instructions
+        if text != self._library.router:
+            self._library = self._library.with_router(text)
+        return self._library
+
+    @library.setter
+    def library(self, library: Library) -> None:
+        if not isinstance(library, Library):
+            raise TypeError("library must be a dspy_adaptive.Library")
+        with self._lock:
+            self._set_library(library)
 
     # -- building variants -----------------------------------------------------------------------
     def with_library(self, library: Library) -> "RoutedProgram":
-        """A RoutedProgram over `library` sharing this one's fallback, LMs, tools and sandbox."""
+        """A RoutedProgram over `library` sharing this one's fallback, LMs, tools and sandbox (with a fresh
+        router and fresh specialist predictors)."""
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
-        clone.library = library
         clone._sandbox = self.sandbox
         clone._owns_sandbox = False
-        clone._lock = threading.Lock()
-        clone._routers = {}
-        clone._predictors = PredictorCache()
+        clone._lock = threading.RLock()
+        clone.__dict__.pop("detailed_results", None)
+        clone._set_library(library)
         return clone
 
     @property
@@ -208,6 +344,10 @@ class RoutedProgram(dspy.Module):
         _attach(pred, route)
         return pred
 
+    async def aforward(self, **inputs: Any) -> dspy.Prediction:
+        """`forward` in a worker thread (the sandbox round trip blocks), with this context's settings."""
+        return await asyncio.to_thread(type(self).forward, self, **inputs)
+
     def share_route_memo(self) -> None:
         """Memoise router decisions per (router text, active descriptions, request) across this program and
         every `with_library` variant made from it afterwards. The router prompt is then identical, so this
@@ -216,12 +356,13 @@ class RoutedProgram(dspy.Module):
         self._route_memo = {}
 
     def _route(self, inputs: Mapping[str, Any]) -> tuple[int | None, str | None]:
-        if not self.library.active_ids():
+        library = self.library
+        if not library.active_ids():
             return FALLBACK, None  # nothing to choose from: no router call is spent
-        specialists = render_specialists(self.library)
+        specialists = render_specialists(library)
         key = None
         if self._route_memo is not None:
-            key = (self.library.router, specialists, json.dumps(dict(inputs), sort_keys=True, default=str))
+            key = (library.router, specialists, json.dumps(dict(inputs), sort_keys=True, default=str))
             hit = self._route_memo.get(key)
             if hit is not None:
                 return hit
@@ -242,15 +383,15 @@ class RoutedProgram(dspy.Module):
             return FALLBACK, f"router answer {answer!r} is not a slot number"
         if selected == FALLBACK:
             return FALLBACK, None
-        if selected not in self.library.active_ids():
+        if selected not in self._library.active_ids():
             return FALLBACK, f"router chose slot {selected}, which is not an active specialist"
-        compiled = compile_program(self.library.slot(selected).program_source)
+        compiled = compile_program(self._library.slot(selected).program_source)
         if not compiled.ok:
             return FALLBACK, f"slot {selected}'s program does not compile: " + "; ".join(compiled.reasons)
         return selected, None
 
     def _run_specialist(self, k: int, inputs: dict, selected: int | None, answer: str | None):
-        slot = self.library.slot(k)
+        slot = self._library.slot(k)
         program = compile_program(slot.program_source).program
         bridge = PredictorBridge(self._predictors, self.tools, self.lm_for(slot.profile), scope=k, label=f"slot{k}")
         try:
@@ -263,55 +404,149 @@ class RoutedProgram(dspy.Module):
             pred[name] = value
         return pred, RouteRecord(selected, k, answer, None)
 
-    # -- predictor caches (stable objects so DSPy traces name the same predictor each time) --------
+    # -- the router predictor -----------------------------------------------------------------------
     def _router_for(self, input_names: tuple[str, ...]) -> dspy.Predict:
-        key = (self.library.router,) + input_names
+        """The router predictor, its input fields made to match this call's (keeping its state)."""
+        router = self.router
+        if tuple(router.signature.input_fields)[:-1] == input_names:
+            return router
         with self._lock:
-            if key not in self._routers:
-                self._routers[key] = dspy.Predict(_router_signature(input_names, self.library.router))
-            return self._routers[key]
+            router = self.router
+            if tuple(router.signature.input_fields)[:-1] != input_names:
+                sig = _router_signature(input_names, router.signature.instructions)
+                fresh = dspy.Predict(sig)
+                fresh.demos, fresh.lm = list(router.demos), router.lm
+                self.router, self.input_names = fresh, input_names
+                router = fresh
+        return router
 
     def predictor_label(self, predictor: Any) -> str:
         """A readable name for a predictor seen in a DSPy trace: router, slot<k>.<name>, fallback.<name>."""
-        with self._lock:
-            if any(p is predictor for p in self._routers.values()):
-                return "router"
+        if predictor is self.router:
+            return "router"
         label = self._predictors.label_of(predictor)
         if label is not None:
             return label
         for name, p in self.fallback.named_predictors():
             if p is predictor:
-                return f"fallback.{name}"
+                return "fallback" if name == "self" else f"fallback.{name}"
         return type(predictor).__name__
 
-    def named_predictors(self):
-        """The router predictors (fallback is frozen; specialist predictors are owned by their source)."""
-        return [(f"router[{i}]", p) for i, p in enumerate(self._routers.values())]
+    # -- a DSPy module's parameters -------------------------------------------------------------------
+    def discover(self) -> None:
+        """Find every active specialist's predictors (its `__init__`, run once in a sandbox worker per
+        source) and own a host predictor for each. A slot whose source does not compile, or whose
+        `__init__` fails, has none. Slots no longer active (or whose source changed) lose theirs."""
+        library = self._library
+        with self._lock:
+            for slot in list(self._predictors.discovered):
+                if slot not in library.active_ids() or \
+                        self._predictors.discovered[slot] != source_hash(library.slot(slot).program_source):
+                    self._predictors.drop_slot(slot)
+            for k in library.active_ids():
+                source = library.slot(k).program_source
+                h = source_hash(source)
+                if self._predictors.discovered.get(k) == h:
+                    continue
+                compiled = compile_program(source)
+                requests: tuple = ()
+                if compiled.ok:
+                    try:
+                        requests = _discover_cached(self.sandbox, compiled.program)
+                    except SpecialistError:
+                        requests = ()
+                self._predictors.adopt(k, h, requests)
+
+    def named_parameters(self):
+        """router, slot<k>.<name> (each active specialist's predictors), fallback.<name>: stable names."""
+        self.discover()
+        out: list[tuple[str, Any]] = [("router", self.router)]
+        for name, module in self._predictors.named():
+            if isinstance(module, dspy.Predict):
+                out.append((name, module))
+            else:
+                out.extend((f"{name}.{sub}", p) for sub, p in module.named_predictors())
+        seen = {id(p) for _, p in out}
+        for name, param in self.fallback.named_parameters():   # frozen only as a submodule: walked here
+            if id(param) not in seen:
+                seen.add(id(param))
+                out.append(("fallback" if name == "self" else f"fallback.{name}", param))
+        return out
+
+    @property
+    def lm(self) -> Any:
+        """The LM every predictor of this program uses when they all use the same one (None otherwise).
+        Setting it sets every predictor's (what `dspy.Module.set_lm` on a module holding this one does)."""
+        lms = {id(p.lm): p.lm for _, p in self.named_parameters() if isinstance(p, dspy.Module)}
+        return next(iter(lms.values())) if len(lms) == 1 else None
+
+    @lm.setter
+    def lm(self, lm: Any) -> None:
+        for _, p in self.named_parameters():
+            if isinstance(p, dspy.Module):
+                p.lm = lm
+
+    def reset(self) -> None:
+        """Reset every predictor (demos, lm); the library is kept (`reset_copy` of a module holding this one)."""
+        for _, p in self.named_parameters():
+            if hasattr(p, "reset"):
+                p.reset()
 
     # -- persistence -----------------------------------------------------------------------------------
     def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
+        self.discover()
+        specialists = []
+        for (slot, name), (key, pred) in sorted(self._predictors.owned.items(), key=lambda kv: kv[0][0]):
+            _, kind, signature, instructions = key
+            specialists.append({"slot": slot, "name": name, "kind": kind, "signature": signature,
+                                "instructions": instructions, "state": pred.dump_state(json_mode=json_mode)})
         return {
             "library": self.library.to_dict(),
             "fallback": self.fallback.dump_state(json_mode=json_mode),
             "tools": sorted(self.tools),
+            "input_names": list(self.input_names) if self.input_names else None,
+            "router": self.router.dump_state(json_mode=json_mode),
+            "specialists": specialists,
         }
 
     def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> None:
         if "library" not in state or "fallback" not in state:
             raise ValueError("not a RoutedProgram state: expected keys 'library' and 'fallback'")
         library = Library.from_dict(state["library"])
+        specialists = []
+        for entry in state.get("specialists") or ():
+            try:   # the signature text goes through the sandbox bridge's strict grammar again
+                req = parse_predict({"name": entry["name"], "kind": entry["kind"], "signature": entry["signature"],
+                                     "instructions": entry["instructions"], "inputs": {}})
+            except (BridgeRefused, KeyError, TypeError) as e:
+                raise ValueError(f"not a RoutedProgram state: bad specialist predictor entry ({e})") from None
+            specialists.append((int(entry["slot"]), req, entry.get("state") or {}))
         self.fallback.load_state(state["fallback"], allow_unsafe_lm_state=allow_unsafe_lm_state)
-        self.library = library
-        self._routers, self._predictors = {}, PredictorCache()
+        with self._lock:
+            if state.get("input_names"):
+                self.input_names = tuple(state["input_names"])
+            self._set_library(library)
+            if state.get("router"):
+                self.router.load_state(state["router"], allow_unsafe_lm_state=allow_unsafe_lm_state)
+                if self.router.signature.instructions != library.router:   # the library's text is the router's
+                    self.router.signature = self.router.signature.with_instructions(library.router)
+            for slot, req, pred_state in specialists:
+                pred = host_predictor(req.kind, req.signature, req.instructions)
+                pred.load_state(pred_state, allow_unsafe_lm_state=allow_unsafe_lm_state)
+                self._predictors.set_owned(slot, req.key, pred)
+            for slot in {slot for slot, _, _ in specialists}:
+                if slot in library.active_ids():
+                    self._predictors.discovered[slot] = source_hash(library.slot(slot).program_source)
 
     def export(self, directory: str | Path) -> Path:
         """Write the library for people to read: router.txt, library.json and
         slot_k/{description.txt, program.py, profile, active}."""
+        library = self.library
         root = Path(directory)
         root.mkdir(parents=True, exist_ok=True)
-        (root / "router.txt").write_text(self.library.router + "\n", encoding="utf-8")
-        (root / "library.json").write_text(self.library.to_json(indent=2) + "\n", encoding="utf-8")
-        for k, slot in self.library.items():
+        (root / "router.txt").write_text(library.router + "\n", encoding="utf-8")
+        (root / "library.json").write_text(library.to_json(indent=2) + "\n", encoding="utf-8")
+        for k, slot in library.items():
             d = root / f"slot_{k}"
             d.mkdir(exist_ok=True)
             (d / "description.txt").write_text(slot.description + "\n", encoding="utf-8")
@@ -325,15 +560,58 @@ class RoutedProgram(dspy.Module):
             self._sandbox.close()
 
     def __deepcopy__(self, memo):
-        clone = self.with_library(self.library)
-        clone.fallback = copy.deepcopy(self.fallback, memo)
+        clone = object.__new__(type(self))
+        memo[id(self)] = clone
+        clone.__dict__.update(self.__dict__)
+        clone._sandbox = self.sandbox
+        clone._owns_sandbox = False
+        clone._lock = threading.RLock()
+        clone.__dict__.pop("detailed_results", None)
+        clone.fallback = self.fallback.deepcopy()
+        clone.router = copy.deepcopy(self.router, memo)
+        clone._predictors = self._predictors.copy_owned(memo)
+        clone.callbacks = list(self.callbacks)
+        clone.history = []
         return clone
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        for key in ("_lock", "_sandbox", "_route_memo"):
+            state.pop(key, None)
+        state["_owns_sandbox"] = True
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._lock = threading.RLock()
+        self._sandbox = None
+        self._route_memo = None
+
     def __repr__(self) -> str:
-        active = ", ".join(f"{k}: {self.library.slot(k).description[:40]!r}" for k in self.library.active_ids())
+        active = ", ".join(f"{k}: {self._library.slot(k).description[:40]!r}" for k in self._library.active_ids())
         return f"RoutedProgram(active=[{active}], fallback={type(self.fallback).__name__})"
 
 
-__all__ = ["PredictorBridge", "normalise_tools", "RoutedProgram", "RouteRecord", "SpecialistRuntimeError", "route_of",
-           "parse_slot_answer",
+_DISCOVERED: "OrderedDict[str, tuple[PredictRequest, ...]]" = OrderedDict()
+_DISCOVERED_LOCK = threading.Lock()
+
+
+def _discover_cached(pool: SandboxPool, program: Any) -> tuple[PredictRequest, ...]:
+    """`pool.describe(program)`, once per source (an LRU of 512 sources)."""
+    key = program.source_hash
+    with _DISCOVERED_LOCK:
+        hit = _DISCOVERED.get(key)
+        if hit is not None:
+            _DISCOVERED.move_to_end(key)
+            return hit
+    found = pool.describe(program)
+    with _DISCOVERED_LOCK:
+        _DISCOVERED[key] = found
+        while len(_DISCOVERED) > 512:
+            _DISCOVERED.popitem(last=False)
+    return found
+
+
+__all__ = ["PredictorBridge", "normalise_tools", "RoutedProgram", "RouteRecord", "SpecialistPredictors",
+           "SpecialistRuntimeError", "route_of", "parse_slot_answer",
            "render_specialists", "INACTIVE"]

@@ -9,19 +9,33 @@ first LM call; errors say what to fix.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
-import math
+import random
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
+from dspy_adaptive.compat import (
+    AUTO_RUN_SETTINGS,
+    EmptyTrainsetError,
+    MetricSignatureError,
+    auto_budget,
+    check_replaced,
+    map_gepa_kwargs,
+    program_components,
+)
 from dspy_adaptive.data import InputError, Row, input_keys, make_rows
+from dspy_adaptive.detailed import DetailedResults
 from dspy_adaptive.library import Library
 from dspy_adaptive.merge.proposer import MergeProposer
+from dspy_adaptive.reflection.external import ProposerReflector
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.results import AdaptiveGEPAResult, write_run_record
 from dspy_adaptive.routed_program import RoutedProgram, normalise_tools
@@ -32,10 +46,14 @@ from dspy_adaptive.search.engine import SearchEngine, SearchSettings
 from dspy_adaptive.search.evaluate import Evaluator
 from dspy_adaptive.search.sampling import BatchSampler, uniform_sampler
 from dspy_adaptive.search.select import SELECTORS, make_selector
+from dspy_adaptive.tracking import SearchTracker, TrackingSettings
 from dspy_adaptive.usage import UsageMeter
 
-AUTO_RUN_SETTINGS = {"light": {"n": 6}, "medium": {"n": 12}, "heavy": {"n": 18}}
 ALIGNMENTS = ("mutual_best", "hungarian")
+
+
+class UnknownArgumentError(InputError, TypeError):
+    """An argument the method does not take (a TypeError too, as Python raises for one)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +87,7 @@ def _check_metric(metric: Callable) -> None:
     try:
         inspect.signature(metric).bind(None, None, None, None, None)
     except TypeError as e:
-        raise InputError(
+        raise MetricSignatureError(
             "metric must accept five arguments (gold, pred, trace, pred_name, pred_trace), like dspy.GEPA's "
             f"feedback metric; yours does not ({e}). Define it as "
             "`def metric(gold, pred, trace=None, pred_name=None, pred_trace=None)`.") from e
@@ -81,37 +99,69 @@ class AdaptiveGEPA(Teleprompter):
     """Evolves an LM router, specialist descriptions and sandboxed specialist programs (Adaptive-GEPA).
 
     `compile(program, trainset=..., valset=...)` returns a `RoutedProgram`: the router picks one of up to
-    `max_specialists` specialist programs, or the user's `program` as the frozen fallback. Parameters
-    shared with `dspy.GEPA` keep its names and meaning. A scored call is one program run on one example
-    plus its metric; the budget counts every one (minibatches, validations, merge checks).
+    `max_specialists` specialist programs, or the user's `program` as the frozen fallback. A scored call is one
+    program run on one example plus its metric; the budget counts every one (minibatches, validations, merge
+    checks).
+
+    The constructor is dspy.GEPA's (3.4.1): every one of its parameters is accepted with the same name, default
+    and meaning; the three that name a mechanism Adaptive-GEPA replaces (`instruction_proposer`,
+    `code_proposer`, `component_selector`) raise one clear error when set (see `dspy_adaptive.compat`).
+    Adaptive-GEPA's own parameters follow them.
 
     Args:
         metric: dspy.GEPA's feedback metric, `metric(gold, pred, trace, pred_name, pred_trace)` returning a
-            float or `dspy.Prediction(score=..., feedback=...)`. A metric that raises or returns a
-            non-number is recorded and scored `failure_score`.
-        auto: budget preset, "light" | "medium" | "heavy" (set exactly one of auto, max_full_evals,
-            max_metric_calls).
+            number (float, int, bool or numpy scalar) or `dspy.Prediction(score=..., feedback=...)` (optionally
+            with `objective_scores={name: number}`). A metric that raises or returns a non-number is recorded
+            and scored `failure_score`.
+        auto: budget preset, "light" | "medium" | "heavy": the budget dspy.GEPA computes for the same program
+            and data (set exactly one of auto, max_full_evals, max_metric_calls).
         max_full_evals: budget as a number of full passes over trainset + valset.
         max_metric_calls: budget in scored calls. A new iteration starts only while the spent count is
             below it, so the final count may exceed it by at most one iteration (k with concurrency).
         reflection_minibatch_size: feedback (trainset) rows per reflective proposal.
-        candidate_selection_strategy: "pareto" (GEPA's per-row frontier, frequency weighted) or
-            "current_best" (the highest validation mean).
+        candidate_selection_strategy: "pareto" (GEPA's per-row frontier, frequency weighted), "current_best"
+            (the highest validation mean), "epsilon_greedy" or "top_k_pareto" (gepa's, as dspy.GEPA passes them).
         reflection_lm: the LM that reads traces and proposes edits (required; use a strong model).
         skip_perfect_score: skip reflection when the parent scores `perfect_score` on the whole minibatch.
+        add_format_failure_as_feedback: when the program fails because an LM answer could not be parsed into
+            its output fields, show reflection the LM's raw answer with the failure (default: the failure only).
+        instruction_proposer: dspy.GEPA's ProposalFn, mapped onto Adaptive-GEPA's components: it writes the text of
+            rewrite_router ("router") and rewrite_description ("slot<k>.description") actions (and of
+            rewrite_program without a code_proposer), called in the reflection LM's context with gepa's
+            reflective dataset; the reflection LM still selects actions and writes activations
+            (`dspy_adaptive.reflection.external`). None: the reflection LM writes every edit.
+        code_proposer: dspy.GEPA's CodeProposalFn, mapped onto rewrite_program: it writes a specialist's new
+            source ("slot<k>.program"), which the sandbox policy checks like any other. None: the reflection LM.
+        component_selector: "round_robin" (default): the reflection LM selects each action and its target. A
+            callable (gepa's ReflectionComponentSelector protocol) selects instead, by naming a component of the
+            parent library ("router", "slot<k>.description", "slot<k>.program"; an inactive slot's means
+            activate it); the other strings ("all") are refused with a clear error.
         use_merge: propose merges of two branches that share an ancestor (footprint-aligned).
-        max_merge_invocations: most merges proposed in a run.
-        merge_cadence: accepted reflective proposals between two merges.
-        alignment: how a merge aligns the weaker parent's specialists: "mutual_best" (the paper) or
-            "hungarian" (maximum-weight assignment over footprint overlap).
-        num_threads: threads that run evaluation rows in parallel (None: 1).
+        max_merge_invocations: most merges proposed in a run (None: no limit).
+        num_threads: threads that run evaluation rows in parallel (None: `dspy.settings.num_threads`).
         failure_score: the score of a failed rollout (the program raised) or a misbehaving metric.
         perfect_score: the score that counts as perfect for `skip_perfect_score`.
         log_dir: directory for checkpoints (rerun the same call to resume) and the run record (run.json,
-            report.md, learning_curve.png). None: no files.
-        track_stats: attach the run's `AdaptiveGEPAResult` to the returned program as `detailed_results`.
-        seed: seed of the search's random choices (selection, minibatches, merges).
+            report.md, PNGs). None: no files.
+        track_stats: attach the run's results to the returned program as `detailed_results` (every field of
+            dspy.GEPA's DspyGEPAResult, plus Adaptive-GEPA's run record).
+        use_wandb: log the configuration, one step per proposal and the run directory to Weights & Biases.
+        wandb_api_key: the W&B API key (default: W&B's own login / WANDB_API_KEY).
+        wandb_init_kwargs: extra arguments to `wandb.init`.
+        track_best_outputs: keep, per validation row, the best candidates' outputs in
+            `detailed_results.best_outputs_valset` (needs track_stats=True).
+        warn_on_score_mismatch: accepted for dspy.GEPA compatibility; Adaptive-GEPA calls the metric once per
+            rollout at program level, so predictor- and program-level scores cannot disagree.
+        use_mlflow: log the configuration, one step per proposal (step = scored calls spent) and the run
+            directory's record to MLflow; attaches to an active run (needs `pip install dspy-adaptive[mlflow]`).
+        seed: seed of the search's random choices (selection, minibatches, merges); None: a random seed.
+        gepa_kwargs: dspy.GEPA's passthrough to gepa.optimize: keys with a counterpart here are mapped
+            (use_mlflow, mlflow_tracking_uri, mlflow_experiment_name, mlflow_attach_existing,
+            wandb_attach_existing, tracking_key_prefix, display_progress_bar); any other raises a clear error.
         max_specialists: K, the number of specialist slots.
+        merge_cadence: accepted reflective proposals between two merges.
+        alignment: how a merge aligns the weaker parent's specialists: "mutual_best" (the paper) or
+            "hungarian" (maximum-weight assignment over footprint overlap).
         fast_lm: the LM of the "fast" profile; the router always uses it (None: the configured LM).
         deep_lm: the LM of the "deep" profile; the fallback always uses it (None: the configured LM).
         tools: functions specialists may call by name (a mapping name -> function, or a list of functions
@@ -124,7 +174,9 @@ class AdaptiveGEPA(Teleprompter):
         route_memo: during the search, memoise router decisions per (router, descriptions, request), as
             DSPy's LM cache would; the returned program does not memoise.
         max_idle_iterations: stop after this many iterations in a row that spend no scored call.
-        progress: show a progress bar.
+        progress: show a progress bar (with the budget, best score and the USD spent).
+        max_cost_usd: stop on cost as on the budget: no new iteration starts once the LM cost of every role
+            (router, specialists, fallback, reflection, metric/judge; litellm's list prices) reaches it.
     """
 
     def __init__(
@@ -138,17 +190,29 @@ class AdaptiveGEPA(Teleprompter):
         candidate_selection_strategy: str = "pareto",
         reflection_lm: Any = None,
         skip_perfect_score: bool = True,
+        add_format_failure_as_feedback: bool = False,
+        instruction_proposer: Any = None,
+        code_proposer: Any = None,
+        component_selector: Any = "round_robin",
         use_merge: bool = True,
-        max_merge_invocations: int = 5,
-        merge_cadence: int = 2,
-        alignment: str = "mutual_best",
+        max_merge_invocations: int | None = 5,
         num_threads: int | None = None,
         failure_score: float = 0.0,
         perfect_score: float = 1.0,
         log_dir: str | None = None,
         track_stats: bool = False,
-        seed: int = 0,
+        use_wandb: bool = False,
+        wandb_api_key: str | None = None,
+        wandb_init_kwargs: dict[str, Any] | None = None,
+        track_best_outputs: bool = False,
+        warn_on_score_mismatch: bool = True,
+        use_mlflow: bool = False,
+        seed: int | None = 0,
+        gepa_kwargs: dict | None = None,
+        # Adaptive-GEPA's own
         max_specialists: int = 5,
+        merge_cadence: int = 2,
+        alignment: str = "mutual_best",
         fast_lm: Any = None,
         deep_lm: Any = None,
         tools: Mapping[str, Callable] | Sequence[Callable] | None = None,
@@ -158,9 +222,16 @@ class AdaptiveGEPA(Teleprompter):
         route_memo: bool = True,
         max_idle_iterations: int = 20,
         progress: bool = True,
+        max_cost_usd: float | None = None,
     ):
         super().__init__()
         _check_metric(metric)
+        if not callable(component_selector):   # a callable maps onto the action choice; of the strings, only
+            check_replaced("component_selector", component_selector, "round_robin")   # the default is accepted
+        for name, value in (("instruction_proposer", instruction_proposer), ("code_proposer", code_proposer)):
+            if value is not None and not callable(value):
+                raise InputError(f"{name} must be callable (dspy.GEPA's proposer protocol), got {type(value).__name__}")
+        mapped = map_gepa_kwargs(gepa_kwargs)
         budgets = [x is not None for x in (auto, max_full_evals, max_metric_calls)]
         if sum(budgets) != 1:
             raise InputError("Set exactly one of auto, max_full_evals, max_metric_calls "
@@ -172,11 +243,15 @@ class AdaptiveGEPA(Teleprompter):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
         if reflection_lm is None:
+            extra = (" (also with instruction_proposer: the proposer writes the rewrite actions' text, while the "
+                     "reflection LM selects each action and its target and writes activations)"
+                     if instruction_proposer is not None or code_proposer is not None else "")
             raise InputError("reflection_lm is required: pass a strong model, e.g. "
-                             "reflection_lm=dspy.LM('openai/gpt-5', temperature=1.0)")
+                             f"reflection_lm=dspy.LM('openai/gpt-5', temperature=1.0){extra}")
         if candidate_selection_strategy not in SELECTORS:
             raise InputError(f"candidate_selection_strategy must be one of {sorted(SELECTORS)}, "
-                             f"got {candidate_selection_strategy!r}")
+                             f"got {candidate_selection_strategy!r} (a gepa CandidateSelector object reads gepa's "
+                             "engine state, which Adaptive-GEPA does not have)")
         if alignment not in ALIGNMENTS:
             raise InputError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
         if not isinstance(max_specialists, int) or isinstance(max_specialists, bool) or max_specialists < 1:
@@ -189,21 +264,52 @@ class AdaptiveGEPA(Teleprompter):
             raise InputError("batch_sampler must be a callable (examples, size, rng) -> list of indices")
         if not isinstance(max_concurrent_proposals, int) or max_concurrent_proposals < 1:
             raise InputError(f"max_concurrent_proposals must be an integer >= 1, got {max_concurrent_proposals!r}")
-        if merge_cadence < 1 or max_merge_invocations < 0:
-            raise InputError("merge_cadence must be >= 1 and max_merge_invocations >= 0")
+        if not isinstance(merge_cadence, int) or merge_cadence < 1:
+            raise InputError(f"merge_cadence must be an integer >= 1, got {merge_cadence!r}")
+        if max_merge_invocations is not None and (not isinstance(max_merge_invocations, int)
+                                                  or max_merge_invocations < 0):
+            raise InputError(f"max_merge_invocations must be an integer >= 0 or None (no limit), "
+                             f"got {max_merge_invocations!r}")
         if failure_score > perfect_score:
             raise InputError(f"failure_score ({failure_score}) must not exceed perfect_score ({perfect_score})")
+        if track_best_outputs and not track_stats:
+            raise InputError("track_stats must be True if track_best_outputs is True (as in dspy.GEPA): the best "
+                             "outputs are returned in detailed_results.best_outputs_valset")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise InputError(f"seed must be an integer or None, got {seed!r}")
+        if max_cost_usd is not None and (isinstance(max_cost_usd, bool) or not isinstance(max_cost_usd, (int, float))
+                                         or not max_cost_usd > 0):
+            raise InputError(f"max_cost_usd must be a positive number of US dollars or None, got {max_cost_usd!r}")
+        if wandb_init_kwargs is not None and not isinstance(wandb_init_kwargs, Mapping):
+            raise InputError(f"wandb_init_kwargs must be a dict, got {type(wandb_init_kwargs).__name__}")
         self.metric = metric
+        self.metric_fn = metric   # dspy.GEPA's attribute name
         self.auto, self.max_full_evals, self.max_metric_calls = auto, max_full_evals, max_metric_calls
         self.reflection_minibatch_size = reflection_minibatch_size
         self.candidate_selection_strategy = candidate_selection_strategy
         self.reflection_lm = reflection_lm
         self.skip_perfect_score, self.perfect_score = skip_perfect_score, perfect_score
+        self.add_format_failure_as_feedback = add_format_failure_as_feedback
+        self.component_selector = component_selector
+        self.instruction_proposer, self.code_proposer = instruction_proposer, code_proposer
         self.failure_score = failure_score
         self.use_merge, self.max_merge_invocations, self.merge_cadence = use_merge, max_merge_invocations, merge_cadence
         self.alignment = alignment
         self.num_threads = num_threads
         self.log_dir, self.track_stats, self.seed = log_dir, track_stats, seed
+        self.track_best_outputs = track_best_outputs
+        self.warn_on_score_mismatch = warn_on_score_mismatch
+        self.use_wandb, self.wandb_api_key = use_wandb, wandb_api_key
+        self.wandb_init_kwargs = dict(wandb_init_kwargs) if wandb_init_kwargs else None
+        self.use_mlflow = bool(use_mlflow or mapped.use_mlflow)
+        self.gepa_kwargs = dict(gepa_kwargs or {})
+        self.tracking = TrackingSettings(
+            use_mlflow=self.use_mlflow, mlflow_tracking_uri=mapped.mlflow_tracking_uri,
+            mlflow_experiment_name=mapped.mlflow_experiment_name, mlflow_attach_existing=mapped.mlflow_attach_existing,
+            use_wandb=use_wandb, wandb_api_key=wandb_api_key, wandb_init_kwargs=self.wandb_init_kwargs,
+            wandb_attach_existing=mapped.wandb_attach_existing, key_prefix=mapped.tracking_key_prefix)
+        if self.tracking.use_mlflow or self.tracking.use_wandb:
+            self.tracking.check_installed()   # a missing package is an error now, not after the search
         self.max_specialists = max_specialists
         self.fast_lm, self.deep_lm = fast_lm, deep_lm
         self.tools = tools
@@ -214,56 +320,70 @@ class AdaptiveGEPA(Teleprompter):
         if not isinstance(max_idle_iterations, int) or max_idle_iterations < 1:
             raise InputError(f"max_idle_iterations must be an integer >= 1, got {max_idle_iterations!r}")
         self.max_idle_iterations = max_idle_iterations
-        self.progress = progress
+        self.progress = progress if mapped.display_progress_bar is None else mapped.display_progress_bar
+        self.max_cost_usd = float(max_cost_usd) if max_cost_usd is not None else None
 
     # -- budget --------------------------------------------------------------------------------------
-    def _budget_calls(self, n_train: int, n_val: int) -> int:
+    def _budget_calls(self, student: dspy.Module, n_train: int, n_val: int) -> int:
+        """Scored calls allowed: max_metric_calls; max_full_evals x (trainset + valset), as dspy.GEPA counts it
+        (valset 0 when none is given); or dspy.GEPA's own `auto` budget for this program and data."""
         if self.max_metric_calls is not None:
             return self.max_metric_calls
         if self.max_full_evals is not None:
             return self.max_full_evals * (n_train + n_val)
-        n = AUTO_RUN_SETTINGS[self.auto]["n"]
-        num_preds = 2 * self.max_specialists + 1  # router + (description, program) per slot
-        trials = int(max(2 * (num_preds * 2) * math.log2(n), 1.5 * n))
-        return n_val + trials * (2 * self.reflection_minibatch_size) + (trials // 5 + 1) * n_val
+        return auto_budget(self.auto, program_components(student), n_val or n_train)
 
     # -- compile -------------------------------------------------------------------------------------------
-    def compile(self, student: dspy.Module, *, trainset: Sequence[dspy.Example],
+    def compile(self, student: dspy.Module, *, trainset: Sequence[dspy.Example], teacher: dspy.Module | None = None,
                 valset: Sequence[dspy.Example] | None = None, **kwargs: Any) -> RoutedProgram:
         """Search for the best library and return it as a RoutedProgram.
 
         Args:
             student: the user's program; it becomes the frozen fallback.
             trainset: the feedback set reflection reads (examples need `.with_inputs(...)`).
+            teacher: not supported (as in dspy.GEPA): must be None.
             valset: the selection (Pareto) set every archived candidate is scored on (default: trainset).
-            **kwargs: `teacher` is not supported (an error if given).
+            **kwargs: none are taken: any keyword raises a clear error (an InputError that is also a TypeError)
+                rather than being ignored.
 
         Returns:
             The best archived library as a `RoutedProgram` (with `detailed_results` when `track_stats`).
         """
-        if kwargs.get("teacher") is not None:
-            raise InputError("AdaptiveGEPA does not use a teacher program")
+        if kwargs:
+            raise UnknownArgumentError(
+                f"AdaptiveGEPA.compile() got unexpected keyword argument(s) {', '.join(map(repr, sorted(kwargs)))}: it "
+                "takes student, trainset, teacher (must be None) and valset, as dspy.GEPA.compile does. Optimizer "
+                "settings belong to AdaptiveGEPA(...).")
+        if teacher is not None:
+            raise InputError("AdaptiveGEPA does not use a teacher program (neither does dspy.GEPA): pass teacher=None")
         if not isinstance(student, dspy.Module):
             raise InputError(f"student must be a dspy.Module (it becomes the frozen fallback), "
                              f"got {type(student).__name__}")
+        if trainset is None:   # an AssertionError too, as dspy.GEPA's `assert` raises
+            raise EmptyTrainsetError("trainset is None: pass a non-empty list of dspy.Example objects")
+        if hasattr(trainset, "__len__") and not isinstance(trainset, (str, bytes)) and len(trainset) == 0:
+            raise EmptyTrainsetError("trainset is empty: pass at least one dspy.Example (the feedback set "
+                                     "reflection reads)")
         train = make_rows(trainset, "trainset")
         val = make_rows(valset, "valset") if valset is not None else train
         if input_keys(train) != input_keys(val) and set(input_keys(train)) != set(input_keys(val)):
             raise InputError(f"trainset inputs {input_keys(train)} differ from valset inputs {input_keys(val)}")
-        max_calls = self._budget_calls(len(train), len(val) if valset is not None else 0)
+        max_calls = self._budget_calls(student, len(train), len(val) if valset is not None else 0)
         if max_calls <= len(val):
             raise InputError(f"the budget ({max_calls} scored calls) does not exceed one validation pass "
                              f"({len(val)} rows): raise it so the search can run at least one iteration")
+        num_threads = self.num_threads or dspy.settings.num_threads or 1
+        seed = self.seed if self.seed is not None else random.SystemRandom().randrange(2 ** 31)
 
         settings = SearchSettings(
             minibatch_size=self.reflection_minibatch_size, skip_perfect_score=self.skip_perfect_score,
-            perfect_score=self.perfect_score, seed=self.seed, use_merge=self.use_merge,
+            perfect_score=self.perfect_score, seed=seed, use_merge=self.use_merge,
             max_merge_invocations=self.max_merge_invocations, merge_cadence=self.merge_cadence,
             max_concurrent_proposals=self.max_concurrent_proposals, max_idle_iterations=self.max_idle_iterations)
         s = self.sandbox_settings
         base = RoutedProgram(student, Library.empty(self.max_specialists), fast_lm=self.fast_lm,
-                             deep_lm=self.deep_lm, tools=self.tools)
-        pool = SandboxPool(max_workers=max(2, self.num_threads or 1), timeout=s.timeout, call_timeout=s.call_timeout,
+                             deep_lm=self.deep_lm, tools=self.tools, input_names=input_keys(train))
+        pool = SandboxPool(max_workers=max(2, num_threads), timeout=s.timeout, call_timeout=s.call_timeout,
                            memory_mb=s.memory_mb, max_predictor_calls=s.max_predictor_calls,
                            tool_names=tuple(base.tools), isolation=s.isolation)
         base._sandbox, base._owns_sandbox = pool, False
@@ -277,37 +397,77 @@ class AdaptiveGEPA(Teleprompter):
         store = CheckpointStore(self.log_dir) if self.log_dir else None
         if store is not None:
             store.prepare()
-        budget = Budget(max_calls)
         meter = UsageMeter()
-        evaluator = Evaluator(base, self.metric, budget, num_threads=self.num_threads or 1,
-                              failure_score=self.failure_score)
-        reflector = Reflector(self.reflection_lm, input_names=input_keys(train), output_names=(),
-                              tools=tuple(base.tools))
+        budget = Budget(max_calls, max_cost_usd=self.max_cost_usd, cost=meter.total_cost)
+        evaluator = Evaluator(base, self.metric, budget, num_threads=num_threads, failure_score=self.failure_score,
+                              keep_outputs=self.track_best_outputs,
+                              format_failure_feedback=self.add_format_failure_as_feedback)
+        selector = self.component_selector if callable(self.component_selector) else None
+        if self.instruction_proposer is not None or self.code_proposer is not None or selector is not None:
+            reflector = ProposerReflector(self.reflection_lm, instruction_proposer=self.instruction_proposer,
+                                          code_proposer=self.code_proposer, component_selector=selector,
+                                          input_names=input_keys(train), output_names=(), tools=tuple(base.tools))
+        else:
+            reflector = Reflector(self.reflection_lm, input_names=input_keys(train), output_names=(),
+                                  tools=tuple(base.tools))
+        tracker = SearchTracker(self.tracking)
         engine = SearchEngine(settings=settings, seed_library=Library.empty(self.max_specialists), train=train,
                               val=val, evaluator=evaluator, reflector=reflector,
                               selector=make_selector(self.candidate_selection_strategy),
                               sampler=self.batch_sampler, budget=budget, meter=meter, store=store,
-                              fingerprint=fingerprint, merger=self._make_merger(), progress=self.progress)
+                              fingerprint=fingerprint, merger=self._make_merger(), progress=self.progress,
+                              observers=[tracker.on_proposal] if tracker else ())
         if store is not None and store.has_state():
             self._resume(engine, store, evaluator, meter, fingerprint)
+        if tracker:
+            tracker.start(self._tracking_config(max_calls, num_threads, seed, len(train), len(val)))
+        failed = True
         try:
             with meter.active():
                 engine.run()
+            failed = False
         finally:
             evaluator.close()
             if store is not None:
                 store.close()
+            if tracker and failed:
+                tracker.finish(failed=True)
         best = engine.archive[engine.archive.best_index()]
         result = AdaptiveGEPAResult.from_state(engine.state_dict(), row_results=evaluator.cache.values(),
                                                schedule=engine.schedule.to_list(), log_dir=self.log_dir)
         routed = base.with_library(best.library)
         routed._sandbox, routed._owns_sandbox = pool, True
         routed._route_memo = None
+        base._route_memo = None
         if self.track_stats:
-            routed.detailed_results = result
+            routed.detailed_results = DetailedResults.build(
+                result, base, val, evaluator.cache, track_best_outputs=self.track_best_outputs)
         if self.log_dir:
             write_run_record(result, self.log_dir)
+            routed.export(Path(self.log_dir) / "best_library")
+        if tracker:
+            self._log_artifacts(tracker, result, routed)
+            tracker.finish()
         return routed
+
+    def _tracking_config(self, max_calls: int, num_threads: int, seed: int, n_train: int, n_val: int) -> dict:
+        config = {k: v for k, v in self.get_params().items() if k not in ("tracking", "gepa_kwargs", "wandb_api_key")}
+        config.update(resolved_max_metric_calls=max_calls, resolved_num_threads=num_threads, resolved_seed=seed,
+                      trainset_size=n_train, valset_size=n_val, optimizer="AdaptiveGEPA")
+        if self.gepa_kwargs:
+            config["gepa_kwargs"] = sorted(self.gepa_kwargs)
+        return config
+
+    def _log_artifacts(self, tracker: SearchTracker, result: AdaptiveGEPAResult, routed: RoutedProgram) -> None:
+        """The run directory as artifacts: run.json, report.md, PNGs, the exported best library (written to a
+        temporary directory first when there is no log_dir)."""
+        if self.log_dir:
+            tracker.log_artifacts(Path(self.log_dir))
+            return
+        with tempfile.TemporaryDirectory(prefix="adaptive-gepa-run-") as tmp:
+            write_run_record(result, tmp)
+            routed.export(Path(tmp) / "best_library")
+            tracker.log_artifacts(Path(tmp))
 
     def _make_merger(self) -> MergeProposer | None:
         return MergeProposer(alignment=self.alignment) if self.use_merge else None
@@ -321,6 +481,8 @@ class AdaptiveGEPA(Teleprompter):
                 "(its fingerprint differs). Refusing to resume it silently: use a new log_dir, or delete "
                 "the old one to start over.")
         engine.load_state_dict(state)
+        if state.get("seed") is not None and state["seed"] != engine.s.seed:   # seed=None: the run's own seed
+            engine.s = dataclasses.replace(engine.s, seed=state["seed"])
         cache, tags, dropped = store.load_evals(engine.committed)
         evaluator.cache.update(cache)
         engine.lost_calls += dropped   # really spent, but by an iteration the interruption discarded
@@ -334,8 +496,12 @@ class AdaptiveGEPA(Teleprompter):
         except Exception:
             program_state = repr(student)
         # what the search does with these rows (the budget's size and the idle limit may change on resume)
-        config = {k: v for k, v in settings.to_dict().items() if k != "max_idle_iterations"}
+        # (seed=None draws a seed per compile: a rerun resumes with the run's own seed, kept in its state)
+        skip = ("max_idle_iterations", "seed") if self.seed is None else ("max_idle_iterations",)
+        config = {k: v for k, v in settings.to_dict().items() if k not in skip}
         config.update(failure_score=self.failure_score, alignment=self.alignment)
+        if self.add_format_failure_as_feedback:   # (only when set: older runs keep their fingerprint)
+            config["format_failure_feedback"] = True
         payload = {
             "program": type(student).__qualname__, "program_state": program_state, "config": config,
             "max_specialists": self.max_specialists, "candidate_selection": self.candidate_selection_strategy,
@@ -345,6 +511,6 @@ class AdaptiveGEPA(Teleprompter):
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
     def get_params(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("metric", "reflection_lm", "fast_lm",
-                                                                     "deep_lm", "tools", "batch_sampler")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("metric", "metric_fn", "reflection_lm", "fast_lm", "deep_lm", "tools", "batch_sampler")}
 

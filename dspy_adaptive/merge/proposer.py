@@ -43,8 +43,11 @@ class MergeState:
     accepted_since: int = 0
     tried: tuple[tuple[int, int], ...] = ()
 
-    def due(self, max_invocations: int, cadence: int) -> bool:
-        return self.invocations < max_invocations and self.accepted_since >= cadence
+    def due(self, max_invocations: int | None, cadence: int) -> bool:
+        """A merge is due after `cadence` accepted reflective proposals, while fewer than `max_invocations`
+        merges were proposed (None: no limit)."""
+        below = max_invocations is None or self.invocations < max_invocations
+        return below and self.accepted_since >= cadence
 
     def started(self, parents: tuple[int, int]) -> "MergeState":
         """A merge of `parents` was proposed (whatever its fate, the pair is not tried again)."""

@@ -8,6 +8,7 @@ Every rejection also carries a typed `failure` (records.FailureKind), which is w
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -106,6 +107,7 @@ class Reflector:
         self.rewrite_program = dspy.Predict(sig.RewriteProgram)
         self.rewrite_description = dspy.Predict(sig.RewriteDescription)
         self.rewrite_router = dspy.Predict(sig.RewriteRouter)
+        self._local = threading.local()   # the current proposal's images (concurrent proposals: one per thread)
 
     def set_output_names(self, output_names: Sequence[str]) -> None:
         """The fallback's output fields, which every specialist must also return."""
@@ -114,6 +116,12 @@ class Reflector:
 
     def _call(self, predictor: dspy.Predict, **kwargs: Any) -> dspy.Prediction:
         t0 = time.perf_counter()
+        images = getattr(self._local, "images", None)
+        if images:   # the requests' images (dspy.Type inputs) go to the reflection LM as structured content
+            predictor = dspy.Predict(predictor.signature.append(
+                "images", dspy.InputField(desc="the images (and other media) the traces refer to as [image k]"),
+                type_=list[dspy.Type]))
+            kwargs["images"] = list(images)
         try:
             with dspy.context(lm=self.lm, trace=None), role("reflection"):
                 return predictor(**kwargs)
@@ -125,7 +133,9 @@ class Reflector:
                 history: Sequence[ProposalRecord] = ()) -> Edit:
         """One proposal for `parent` from its minibatch `results` on `rows`; `history` is the recent
         proposals on its lineage (shown to action selection)."""
-        traces = render_traces(rows, results)
+        images: list = []
+        traces = render_traces(rows, results, images)
+        self._local.images = images
         try:
             choice = self._call(self.select, router=parent.router, specialists=render_slots(parent),
                                 usage=render_usage(parent, results), history=render_history(history) or "none",

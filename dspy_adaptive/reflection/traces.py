@@ -7,7 +7,9 @@ rendered — never an example's label fields (answers, family tags), which stay 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
+
+import dspy
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
@@ -23,9 +25,24 @@ def describe_route(r: RowResult) -> str:
     return f"router selected {sel}; executed {ran}{why}"
 
 
-def render_record(n: int, row: Row, r: RowResult) -> str:
+def render_input(value: Any, images: list | None) -> str:
+    """An input value as text; a `dspy.Type` (dspy.Image, ...) -- alone or in a list -- becomes a placeholder
+    "[image k]" and is appended to `images`, so reflection receives it as structured content, as dspy.GEPA
+    3.4.1 sends it (with `images` None: its text, as before)."""
+    if images is not None:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if items and all(isinstance(v, dspy.Type) for v in items):
+            marks = []
+            for v in items:
+                images.append(v)
+                marks.append(f"[{type(v).__name__.lower()} {len(images)}]")
+            return ", ".join(marks)
+    return clip(value, 1500)
+
+
+def render_record(n: int, row: Row, r: RowResult, images: list | None = None) -> str:
     lines = [f"### Request {n}", "Inputs:"]
-    lines += [f"  {k}: {clip(v, 1500)}" for k, v in row.inputs.items()]
+    lines += [f"  {k}: {render_input(v, images)}" for k, v in row.inputs.items()]
     lines.append(f"Route: {describe_route(r)}")
     if r.steps:
         lines.append("Steps:")
@@ -42,8 +59,10 @@ def render_record(n: int, row: Row, r: RowResult) -> str:
     return "\n".join(lines)
 
 
-def render_traces(rows: Sequence[Row], results: Sequence[RowResult]) -> str:
-    return "\n\n".join(render_record(i + 1, row, r) for i, (row, r) in enumerate(zip(rows, results)))
+def render_traces(rows: Sequence[Row], results: Sequence[RowResult], images: list | None = None) -> str:
+    """The minibatch records as text; with `images` (a list), dspy.Type inputs are collected into it and shown
+    as placeholders."""
+    return "\n\n".join(render_record(i + 1, row, r, images) for i, (row, r) in enumerate(zip(rows, results)))
 
 
 def render_slots(library: Library) -> str:

@@ -319,6 +319,31 @@ class SandboxPool:
         return self._execute(program.source, program.source_hash, program.class_name, inputs, bridge, True,
                              program.code)
 
+    def describe(self, program: CompiledProgram) -> tuple[PredictRequest, ...]:
+        """The predictors `program.__init__` creates, as the requests their calls would make (name, kind,
+        signature, instructions; no inputs), in attribute order. Runs `__init__` only -- never `forward` -- in
+        a fresh worker under the same confinement and limits as `run`, with no host bridge (a predictor or
+        tool call made by `__init__` is refused). Every entry is validated like a predictor request (strict
+        signature grammar, name and size caps); at most `limits.max_predictors` are returned."""
+        if not is_compiled(program):
+            raise SpecialistError("program was not produced by compile_program (or fails the policy)", "policy")
+        result = self._execute(program.source, program.source_hash, program.class_name, {}, None, True,
+                               program.code, describe=True)
+        found = result.outputs.get("predictors")
+        if not isinstance(found, list):
+            raise SpecialistError("protocol error (no predictor list)", "protocol")
+        out: list[PredictRequest] = []
+        for entry in found[: self.limits.max_predictors]:
+            if not (isinstance(entry, list) and len(entry) == 4):
+                raise SpecialistError("protocol error (malformed predictor entry)", "protocol")
+            name, kind, signature, instructions = entry
+            try:
+                out.append(parse_predict({"name": name, "kind": kind, "signature": signature,
+                                          "instructions": instructions, "inputs": {}}, self.limits))
+            except BridgeRefused as e:
+                raise SpecialistError(f"predictor refused: {e}", "policy") from None
+        return tuple(out)
+
     def _run_unchecked(self, source: str, inputs: dict, bridge: HostBridge | None = None,
                        class_name: str = "Solver") -> RunResult:
         """TEST ONLY: run source with full builtins (policy bypassed) to test the other layers alone."""
@@ -449,7 +474,7 @@ class SandboxPool:
 
     # ------------------------------------------------------------------ one call
     def _execute(self, source: str, h: str, class_name: str, inputs: dict, bridge, checked: bool,
-                 code: bytes = b"") -> RunResult:
+                 code: bytes = b"", describe: bool = False) -> RunResult:
         if self._closed:
             raise RuntimeError("SandboxPool is closed")
         self._count("calls")
@@ -460,6 +485,8 @@ class SandboxPool:
         msg = {"op": "run", "hash": h, "class_name": class_name, "inputs": to_plain(dict(inputs)),
                "checked": checked, "tools": list(self.tool_names), "max_predictor_calls": self.max_predictor_calls,
                "max_output_bytes": self.max_output_bytes, "stdout_cap": STDOUT_CAP}
+        if describe:
+            msg["describe"] = True
         msg["code"] = base64.b64encode(code or _compile_for_test(source, checked)).decode("ascii")
         with self._slots:
             w = self._start_worker()

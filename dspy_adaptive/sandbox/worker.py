@@ -173,6 +173,12 @@ def execute(msg: dict, chan: tuple[int, int], built: dict) -> dict:
         raise Failure("protocol", f"class {msg['class_name']!r} is not a dspy.Module subclass at run time")
     inst = cls()
     built["root"][0] = inst
+    if msg.get("describe"):   # the predictors __init__ created, by the names their calls would carry; no forward
+        found = [[name, p.KIND, p._spec, p._instructions] for name, p in built["named_predictors"](inst)]
+        data = json.dumps({"predictors": found}, ensure_ascii=False, default=str)
+        if len(data.encode("utf-8")) > int(msg["max_output_bytes"]):
+            raise Failure("output", "the predictor list is too large")
+        return {"outputs": json.loads(data)}
     out = inst(**(msg.get("inputs") or {}))
     if not isinstance(out, shim["Prediction"]):
         raise Failure("exception", f"forward must return dspy.Prediction, got {type(out).__name__}")

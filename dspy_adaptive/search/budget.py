@@ -1,9 +1,11 @@
-"""The budget: scored calls (one program run on one example plus its metric), counted by kind."""
+"""The budget: scored calls (one program run on one example plus its metric), counted by kind, and an
+optional USD limit on the LM cost of every role (read from the run's cost ledger)."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Callable
 
 from dspy_adaptive.records import BUDGET_KINDS as KINDS
 from dspy_adaptive.records import BudgetKind
@@ -21,10 +23,13 @@ class BudgetReport:
 
 
 class Budget:
-    """Thread-safe counter. Iterations start only while `spent < max_calls`; evaluations in flight finish."""
+    """Thread-safe counter. Iterations start only while `spent < max_calls` (and, with `max_cost_usd`, while
+    `cost() < max_cost_usd`); evaluations in flight finish."""
 
-    def __init__(self, max_calls: int):
+    def __init__(self, max_calls: int, *, max_cost_usd: float | None = None, cost: Callable[[], float] | None = None):
         self.max_calls = max_calls
+        self.max_cost_usd = max_cost_usd
+        self.cost = cost or (lambda: 0.0)
         self._by_kind = dict.fromkeys(KINDS, 0)
         self._lock = threading.Lock()
 
@@ -45,7 +50,17 @@ class Budget:
             return sum(self._by_kind.values())
 
     def can_start(self) -> bool:
-        return self.spent < self.max_calls
+        return self.stop_reason() is None
+
+    def stop_reason(self) -> str | None:
+        """Why no new iteration may start (None: one may)."""
+        if self.spent >= self.max_calls:
+            return "budget exhausted"
+        if self.max_cost_usd is not None:
+            cost = self.cost()
+            if cost >= self.max_cost_usd:
+                return f"cost limit reached (${cost:.4f} of ${self.max_cost_usd:g})"
+        return None
 
     def report(self) -> BudgetReport:
         with self._lock:

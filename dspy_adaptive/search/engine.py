@@ -20,8 +20,8 @@ from __future__ import annotations
 import contextvars
 import random
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -54,7 +54,7 @@ class SearchSettings:
     seed: int = 0
     history_size: int = 8
     use_merge: bool = False
-    max_merge_invocations: int = 5
+    max_merge_invocations: int | None = 5   # None: no limit
     merge_cadence: int = 2
     max_concurrent_proposals: int = 1
     max_idle_iterations: int = 20
@@ -67,7 +67,8 @@ class SearchEngine:
     def __init__(self, *, settings: SearchSettings, seed_library: Library, train: Sequence[Row],
                  val: Sequence[Row], evaluator: Evaluator, reflector: Reflector, selector: CandidateSelector,
                  sampler: BatchSampler, budget: Budget, meter: UsageMeter, store: CheckpointStore | None,
-                 fingerprint: str, merger: MergeProposer | None = None, progress: bool = True):
+                 fingerprint: str, merger: MergeProposer | None = None, progress: bool = True,
+                 observers: Sequence[Callable[["SearchEngine", ProposalRecord], None]] = ()):
         self.s = settings
         self.seed_library = seed_library
         self.train, self.val = list(train), list(val)
@@ -87,6 +88,8 @@ class SearchEngine:
         self.schedule = Schedule()
         self.stop_reason = ""
         self._in_flight: InFlight | None = None   # set while concurrent proposals run
+        self.observers = list(observers)          # called with (engine, record) after each recorded proposal
+        self._usage_by_iteration: dict[int, dict[str, dict[str, float]]] = {}   # each proposal's own ledger
         self._val_by_id = {r.id: r for r in self.val}
         evaluator.schedule = reflector.schedule = self.schedule
         if store is not None:
@@ -109,8 +112,9 @@ class SearchEngine:
         return self.archive
 
     def _should_continue(self) -> bool:
-        if not self.budget.can_start():
-            self.stop_reason = "budget exhausted"
+        reason = self.budget.stop_reason()
+        if reason is not None:
+            self.stop_reason = reason
             return False
         if self.idle_iterations >= self.s.max_idle_iterations:
             self.stop_reason = (f"stalled: {self.idle_iterations} iterations in a row spent no budget (parents "
@@ -121,7 +125,7 @@ class SearchEngine:
     def _run_sequential(self, bar) -> None:
         while self._should_continue():
             self.iteration += 1
-            record = self.merge_step() if self._merge_due() else None
+            record = self._metered_merge_step() if self._merge_due() else None
             if record is None:
                 record = self._fold(self._run_job(self._start_job()))
             self._finish(record, bar)
@@ -138,7 +142,7 @@ class SearchEngine:
                 while len(in_flight) or self._should_continue():
                     while in_flight.has_room() and self._should_continue():
                         self.iteration += 1
-                        record = self.merge_step() if self._merge_due() else None
+                        record = self._metered_merge_step() if self._merge_due() else None
                         if record is not None:
                             self._finish(record, bar)
                             continue
@@ -151,7 +155,15 @@ class SearchEngine:
         finally:
             self._in_flight = None
 
+    def _metered_merge_step(self) -> ProposalRecord | None:
+        with self.meter.child() as sub:
+            record = self.merge_step()
+        return None if record is None else replace(record, usage=sub.snapshot())
+
     def _finish(self, record: ProposalRecord, bar) -> None:
+        usage = self._usage_by_iteration.pop(record.iteration, None)
+        if usage is not None and not record.usage:
+            record = replace(record, usage=usage)
         spent_before = self.proposals[-1].budget_at if self.proposals else self._seed_spent()
         self.idle_iterations = 0 if record.budget_at > spent_before else self.idle_iterations + 1
         self.proposals.append(record)
@@ -160,8 +172,11 @@ class SearchEngine:
             self.merge_state = self.merge_state.accepted_reflection()
         self._checkpoint()
         bar.n = min(self.budget.spent, self.budget.max_calls)
-        bar.set_postfix(best=f"{self.archive[self.archive.best_index()].val_mean:.3f}", archive=len(self.archive))
+        bar.set_postfix(best=f"{self.archive[self.archive.best_index()].val_mean:.3f}", archive=len(self.archive),
+                        cost=f"${self.meter.total_cost():.4f}")
         bar.refresh()
+        for observe in self.observers:
+            observe(self, record)
 
     def _seed_spent(self) -> int:
         return self.archive[0].discovered_at if len(self.archive) else 0
@@ -183,6 +198,14 @@ class SearchEngine:
                    recent_history(self.proposals, lineage, self.s.history_size), archive_size=len(self.archive))
 
     def _run_job(self, job: Job, in_flight: InFlight | None = None) -> JobOutcome:
+        """Run one proposal to its end under its own cost ledger (see `_run_job_steps`)."""
+        with self.meter.child() as sub:
+            try:
+                return self._run_job_steps(job, in_flight)
+            finally:
+                self._usage_by_iteration[job.iteration] = sub.snapshot()
+
+    def _run_job_steps(self, job: Job, in_flight: InFlight | None = None) -> JobOutcome:
         """Run one proposal to its end. With concurrent proposals (`in_flight`), a job whose parent was
         pushed out stops before its next step instead of spending budget on it."""
         def stopped(step: str, committing: bool = False) -> str | None:

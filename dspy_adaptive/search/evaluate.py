@@ -5,6 +5,10 @@ scored call = one program run on one example plus its metric. Results are cached
 (candidate content hash, row id): an unchanged candidate is never re-run or re-charged for a row
 it already has. Rows run on a thread pool; results come back in row order, so a deterministic LM
 gives the same results for any `num_threads`.
+
+DSPy callbacks (`dspy.configure(callbacks=[...])`, e.g. `mlflow.dspy.autolog()`) see every evaluation as a
+`dspy.Evaluate` run, as dspy.GEPA's are: full validations carry `callback_metadata={"metric_key": "eval_full"}`,
+minibatches and merge checks `{"disable_logging": True}`. With no callback configured nothing extra runs.
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ import contextvars
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
+
+import dspy
+from dspy.evaluate.evaluate import EvaluationResult
+from dspy.utils.callback import with_callbacks
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
@@ -28,8 +36,11 @@ class Evaluator:
 
     def __init__(self, base: RoutedProgram, metric: Callable, budget: Budget, *, num_threads: int = 1,
                  failure_score: float = 0.0, cache: dict[tuple[str, str], RowResult] | None = None,
-                 on_new_result: Callable[[int, str, RowResult], None] | None = None):
+                 on_new_result: Callable[[int, str, RowResult], None] | None = None, keep_outputs: bool = False,
+                 format_failure_feedback: bool = False):
         self.base = base
+        self.keep_outputs = keep_outputs                          # whole outputs (track_best_outputs)
+        self.format_failure_feedback = format_failure_feedback    # add_format_failure_as_feedback
         self.metric = metric
         self.budget = budget
         self.failure_score = failure_score
@@ -48,6 +59,13 @@ class Evaluator:
     def evaluate(self, library: Library, rows: Sequence[Row], kind: BudgetKind, tag: int = 0) -> tuple[RowResult, ...]:
         """Results for `rows` in order; uncached rows are executed in parallel and charged to `kind`.
         `tag` (the iteration) goes to the eval log so a resume can tell committed work from lost work."""
+        if dspy.settings.callbacks:   # DSPy callbacks see this evaluation as a dspy.Evaluate run
+            run = _CallbackEvaluate(self, library, rows, kind, tag)
+            run(self.base.with_library(library), callback_metadata=callback_metadata(kind))
+            return run.row_results
+        return self._evaluate(library, rows, kind, tag)
+
+    def _evaluate(self, library: Library, rows: Sequence[Row], kind: BudgetKind, tag: int = 0) -> tuple[RowResult, ...]:
         key = library.content_hash
         with self._lock:
             todo = [r for r in rows if (key, r.id) not in self.cache]
@@ -74,7 +92,47 @@ class Evaluator:
     def _score_and_log(self, program: RoutedProgram, row: Row, tag: int, key: str) -> RowResult:
         """Score one row and log it at once: a kill mid-batch must not hide calls already made."""
         res = score_example(program, row.example, self.metric, row_id=row.id, failure_score=self.failure_score,
-                            predictor_label=program.predictor_label)
+                            predictor_label=program.predictor_label, clip_outputs=not self.keep_outputs,
+                            format_failure_feedback=self.format_failure_feedback)
         if self.on_new_result is not None:
             self.on_new_result(tag, key, res)
         return res
+
+
+FULL_VALIDATIONS = ("seed_validation", "validation")
+
+
+def callback_metadata(kind: BudgetKind) -> dict[str, Any]:
+    """dspy.GEPA's callback metadata: full validations are logged as "eval_full", the rest not at all."""
+    return {"metric_key": "eval_full"} if kind in FULL_VALIDATIONS else {"disable_logging": True}
+
+
+def as_prediction(result: RowResult) -> dspy.Prediction:
+    pred = dspy.Prediction()
+    for k, v in (result.output or {}).items():
+        pred[k] = v
+    return pred
+
+
+class _CallbackEvaluate(dspy.Evaluate):
+    """One Evaluator.evaluate call dressed as a dspy.Evaluate run, so DSPy's callbacks see it (on_evaluate_start
+    with the program and callback_metadata; on_evaluate_end with an EvaluationResult whose score is the mean x
+    100 and whose results are (example, prediction, score) per row)."""
+
+    def __init__(self, evaluator: Evaluator, library: Library, rows: Sequence[Row], kind: BudgetKind, tag: int):
+        super().__init__(devset=[r.example for r in rows], metric=evaluator.metric,
+                         num_threads=evaluator.num_threads, failure_score=evaluator.failure_score)
+        self._args = (evaluator, library, rows, kind, tag)
+        self.row_results: tuple[RowResult, ...] = ()
+
+    @with_callbacks
+    def __call__(self, program: Any, metric: Any = None, devset: Any = None, num_threads: Any = None,
+                 display_progress: Any = None, display_table: Any = None,
+                 callback_metadata: dict[str, Any] | None = None, save_as_csv: Any = None,
+                 save_as_json: Any = None) -> EvaluationResult:
+        evaluator, library, rows, kind, tag = self._args
+        results = evaluator._evaluate(library, rows, kind, tag)
+        self.row_results = results
+        scored = [(r.example, as_prediction(res), res.score) for r, res in zip(rows, results)]
+        mean = sum(res.score for res in results) / len(results) if results else 0.0
+        return EvaluationResult(score=round(100 * mean, 2), results=scored)

@@ -26,7 +26,7 @@ def test_k1_is_the_sequential_loop():
                          reflection_minibatch_size=4, seed=5, use_merge=False, track_stats=True, progress=False,
                          num_threads=1).compile(dspy.Predict("question -> answer"), trainset=train,
                                                 valset=val).detailed_results
-    assert [c.content_hash for c in a.candidates] == [c.content_hash for c in b.candidates]
+    assert [c.content_hash for c in a.libraries] == [c.content_hash for c in b.libraries]
     assert a.val_subscores == b.val_subscores and a.budget == b.budget
     assert [(p["action"], p["minibatch"], p["accepted"]) for p in a.proposals] == \
            [(p["action"], p["minibatch"], p["accepted"]) for p in b.proposals]
@@ -52,7 +52,7 @@ def test_concurrent_accepted_children_are_all_archived():
     assert accepted and len(res.candidates) == 1 + len(accepted)
     assert max(res.val_aggregate_scores) == pytest.approx(1.0)
     hashes = [p["child_hash"] for p in accepted]
-    assert [res.candidates[p["child_index"]].content_hash for p in accepted] == hashes
+    assert [res.libraries[p["child_index"]].content_hash for p in accepted] == hashes
 
 
 # -- stale proposals: a job whose parent left the Pareto front stops instead of spending budget ---------

@@ -101,6 +101,5 @@ def test_library_variants_share_signatures_so_the_memo_stays_warm():
         base.sandbox.close()
     (a,), (b,) = (list(v._predictors.values()) for v in variants)
     assert a is not b and a.signature is b.signature          # own predictor objects, one signature class
-    assert variants[0]._routers[next(iter(variants[0]._routers))].signature is \
-        variants[1]._routers[next(iter(variants[1]._routers))].signature
+    assert variants[0].router.signature is variants[1].router.signature
     assert a.signature.instructions == "Be brief."

@@ -24,9 +24,9 @@ def merged_run():
 def test_branches_grew_different_roles_in_the_same_slot(merged_run):
     _, res, _ = merged_run
     reflect_children = [i for i, o in enumerate(res.origins) if o == "activate"]
-    descs = {res.candidates[i].slot(1).description for i in reflect_children}
+    descs = {res.libraries[i].slot(1).description for i in reflect_children}
     assert descs == {toy.ARITH_DESCRIPTION, toy.REV_DESCRIPTION}                  # both roles, both in slot 1
-    assert all(res.candidates[i].active_ids() == (1,) for i in reflect_children)
+    assert all(res.libraries[i].active_ids() == (1,) for i in reflect_children)
 
 
 def test_aligned_merge_keeps_both_specialists_and_routes_both_families(merged_run):
@@ -35,7 +35,7 @@ def test_aligned_merge_keeps_both_specialists_and_routes_both_families(merged_ru
     accepted = [p for p in merges if p["accepted"]]
     assert accepted
     event = accepted[0]
-    child = res.candidates[event["child_index"]]
+    child = res.libraries[event["child_index"]]
     roles = {child.slot(k).description: k for k in child.active_ids()}
     assert set(roles) == {toy.ARITH_DESCRIPTION, toy.REV_DESCRIPTION}            # no specialist overwritten
     assert event["details"]["classification"] == "pairs_from_both"

@@ -36,8 +36,9 @@ def test_activation_is_gated_archived_and_routes_the_failing_family(data):
     res = routed.detailed_results
     assert res.val_aggregate_scores[0] == pytest.approx(0.5)       # seed: caps right, arith wrong
     assert max(res.val_aggregate_scores) == pytest.approx(1.0)
-    best = res.best_candidate
+    best = res.best_library
     assert best.active_ids() == (1,) and best.slot(1).description == toy.ARITH_DESCRIPTION
+    assert res.best_candidate.library == best            # dspy.GEPA's shape: candidates are programs
     accepted = [p for p in res.proposals if p["accepted"]]
     assert accepted and accepted[0]["action"] == "activate" and accepted[0]["child_sum"] > accepted[0]["parent_sum"]
     # the returned program routes the arith family to the new slot and the rest to the fallback
@@ -155,7 +156,7 @@ def test_rejection_reason_reaches_the_next_reflection(data):
 
 def _archive_fingerprint(res):
     budget = {k: v for k, v in res.budget.items() if k != "lost_to_interruptions"}
-    return json.dumps({"libs": [c.content_hash for c in res.candidates], "scores": res.val_subscores,
+    return json.dumps({"libs": [c.content_hash for c in res.libraries], "scores": res.val_subscores,
                        "parents": res.parents, "budget": budget,
                        "proposals": [(p["action"], p["accepted"], p["minibatch"]) for p in res.proposals]},
                       sort_keys=True)
@@ -232,4 +233,4 @@ def test_the_result_is_built_from_the_saved_state(data, tmp_path):
     state = json.loads((tmp_path / "state.json").read_text())
     evals = [RowResult.from_dict(json.loads(line)["result"]) for line in open(tmp_path / "evals.jsonl")]
     again = AdaptiveGEPAResult.from_state(state, row_results=evals, schedule=res.schedule, log_dir=str(tmp_path))
-    assert again == res
+    assert again == res.run          # the run record behind detailed_results

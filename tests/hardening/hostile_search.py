@@ -205,7 +205,7 @@ def run_hostile_search(tmp: Path, *, budget: int | None = None, limit: int | Non
     reflect = [p for p in res.proposals if p["kind"] == "reflect"]
     assert len(reflect) == len(refl.log), (len(reflect), len(refl.log))  # one edit call per reflective proposal
     meta = {c["stem"]: c for c in items}
-    archived_sources = [s.program_source for c in res.candidates for _, s in c.items() if s.active]
+    archived_sources = [s.program_source for c in res.libraries for _, s in c.items() if s.active]
     per_source: dict[str, dict[str, Any]] = {}
     rejected = contained = 0
     escaped, won = [], []

@@ -1,0 +1,183 @@
+"""dspy.GEPA's proposer and component-selector hooks, mapped onto Adaptive-GEPA's actions.
+
+dspy.GEPA takes an `instruction_proposer` (gepa's ProposalFn) that writes a component's new text, and a
+`code_proposer` (DSPy's CodeProposalFn) that writes a dspy.Flex module's new source. Adaptive-GEPA's
+components are a library's texts, so the two map onto its rewrite actions:
+
+    rewrite_router       component "router"                 -> instruction_proposer
+    rewrite_description  component "slot<k>.description"    -> instruction_proposer
+    rewrite_program      component "slot<k>.program"        -> code_proposer (else instruction_proposer)
+
+The reflection LM still selects the action and its target and writes activations (a new slot needs a
+description, a program and a profile together); a proposer given here writes the rewrite's text instead of
+the reflection LM's edit call. It is called inside the reflection LM's context (as dspy.GEPA does), with
+`candidate` = every component of the parent library, `components_to_update` = [the target], and
+`reflective_dataset` = {target: one record per minibatch request, gepa's shape: {"Inputs": the request's
+input fields (images as dspy.Image objects), "Generated Outputs": the output fields or the error,
+"Feedback": the metric's feedback}}. A program a proposer writes passes the sandbox policy like any other.
+
+A custom `component_selector` (gepa's ReflectionComponentSelector protocol, a callable
+`(state, trajectories, subsample_scores, candidate_idx, candidate) -> [component names]`) replaces the
+reflection LM's action selection: it is called with `candidate` = every component of the parent library,
+inactive slots included (their description reads INACTIVE), `trajectories` = the reflective records,
+`subsample_scores` = the minibatch scores, `state` a minimal object whose `i` counts the selector's calls
+(0, 1, ...: gepa's iteration counter; gepa's other state fields do not exist here) and `candidate_idx`
+None. The first component it names that this library can act on sets the action: "router" ->
+rewrite_router, an inactive slot's component -> activate it, an active slot's description / program ->
+rewrite_description / rewrite_program. The edit is then written as usual.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import dspy
+
+from dspy_adaptive.data import Row
+from dspy_adaptive.library import Library
+from dspy_adaptive.records import ProposalRecord, RowResult
+from dspy_adaptive.reflection.propose import Edit, Reflector, _check_source, _rejected, strip_code
+from dspy_adaptive.reflection.traces import describe_route, render_traces
+from dspy_adaptive.usage import role
+
+
+def library_components(library: Library) -> dict[str, str]:
+    """A library's text components, named as the proposers see them."""
+    out = {"router": library.router}
+    for k in library.active_ids():
+        slot = library.slot(k)
+        out[f"slot{k}.description"] = slot.description
+        out[f"slot{k}.program"] = slot.program_source
+    return out
+
+
+@dataclass(frozen=True)
+class SelectorState:
+    """What a component_selector gets as gepa's `state`: `i`, the count of earlier selections."""
+
+    i: int
+
+
+def selectable_components(library: Library) -> dict[str, str]:
+    """Every component a component_selector may name: the router and each slot's description and program."""
+    out = {"router": library.router}
+    for k, slot in library.items():
+        out[f"slot{k}.description"] = slot.description
+        out[f"slot{k}.program"] = slot.program_source
+    return out
+
+
+def component_action(library: Library, names: Sequence[str]) -> tuple[str | None, int | None]:
+    """The action a component_selector's answer asks for on `library` (see the module docstring)."""
+    for name in names or ():
+        if name == "router":
+            if library.active_ids():
+                return "rewrite_router", None
+            continue
+        head, _, part = str(name).partition(".")
+        if not head.startswith("slot") or not head[4:].isdigit() or part not in ("description", "program"):
+            continue
+        k = int(head[4:])
+        if not 1 <= k <= library.max_specialists:
+            continue
+        if not library.slot(k).active:
+            return "activate", k
+        return ("rewrite_description" if part == "description" else "rewrite_program"), k
+    return None, None
+
+
+def reflective_records(rows: Sequence[Row], results: Sequence[RowResult]) -> list[dict[str, Any]]:
+    """gepa's reflective dataset records for a minibatch (labels never included: inputs, outputs, feedback)."""
+    records = []
+    for row, res in zip(rows, results):
+        outputs: Any = dict(res.output) if res.output is not None else f"the program failed: {res.error}"
+        records.append({"Inputs": dict(row.inputs), "Generated Outputs": outputs,
+                        "Feedback": f"{res.feedback} (score {res.score:g}; {describe_route(res)})"})
+    return records
+
+
+class ProposerReflector(Reflector):
+    """A Reflector whose rewrite actions' text comes from dspy.GEPA-style proposers (see the module docstring)."""
+
+    def __init__(self, reflection_lm: Any, *, instruction_proposer: Callable | None = None,
+                 code_proposer: Callable | None = None, component_selector: Callable | None = None, **kwargs: Any):
+        super().__init__(reflection_lm, **kwargs)
+        self.instruction_proposer, self.code_proposer = instruction_proposer, code_proposer
+        self.component_selector = component_selector
+        self._batch = threading.local()
+        self._selections = 0
+        self._selections_lock = threading.Lock()
+
+    def propose(self, parent: Library, rows: Sequence[Row], results: Sequence[RowResult],
+                history: Sequence[ProposalRecord] = ()) -> Edit:
+        self._batch.rows, self._batch.results = tuple(rows), tuple(results)
+        if self.component_selector is None:
+            return super().propose(parent, rows, results, history)
+        images: list = []
+        traces = render_traces(rows, results, images)
+        self._local.images = images
+        with self._selections_lock:
+            state = SelectorState(self._selections)
+            self._selections += 1
+        try:
+            names = self.component_selector(state, reflective_records(rows, results), [r.score for r in results],
+                                            None, selectable_components(parent))
+        except Exception as e:  # noqa: BLE001 - the user's selector failed: a rejected proposal, as an LM failure
+            return _rejected(None, None, "selection_failed",
+                             f"component_selector failed: {type(e).__name__}: {str(e)[:300]}")
+        action, slot = component_action(parent, list(names or ()))
+        if action is None:
+            return _rejected(None, None, "unknown_action", f"component_selector chose {list(names or ())!r}: no "
+                             "component this library can act on")
+        problem = self._validate_target(parent, action, slot)
+        if problem:
+            return _rejected(action, slot, "invalid_target", problem)
+        try:
+            return self._edit(parent, action, slot, traces)
+        except Exception as e:  # noqa: BLE001
+            return _rejected(action, slot, "edit_failed", f"{action} failed: {type(e).__name__}: {str(e)[:300]}")
+
+    def _edit(self, parent: Library, action: str, slot: int | None, traces: str) -> Edit:
+        proposer, component = self._proposer_for(action, slot)
+        if proposer is None:
+            return super()._edit(parent, action, slot, traces)
+        candidate = library_components(parent)
+        dataset = {component: reflective_records(self._batch.rows, self._batch.results)}
+        with dspy.context(lm=self.lm, trace=None), role("reflection"):
+            if proposer is self.code_proposer:
+                target = parent.slot(slot)
+                out = proposer(candidate=candidate, reflective_dataset=dataset, components_to_update=[component],
+                               task_descriptions={component: target.description},
+                               context_blurbs={component: self.contract})
+            else:
+                out = proposer(candidate=candidate, reflective_dataset=dataset, components_to_update=[component])
+        text = out.get(component) if isinstance(out, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            return _rejected(action, slot, "bad_output", f"the proposer returned no text for {component!r}")
+        if action == "rewrite_router":
+            return self._changed(parent, action, None, parent.with_router(text.strip()))
+        target = parent.slot(slot)
+        if action == "rewrite_description":
+            if text.strip().upper() == "INACTIVE":
+                return _rejected(action, slot, "bad_output", "the proposer returned an empty description")
+            return self._changed(parent, action, slot, parent.with_slot(slot, target.with_description(text.strip())))
+        source = strip_code(text)
+        rejected = _check_source(action, slot, source)
+        if rejected:
+            return rejected
+        return self._changed(parent, action, slot, parent.with_slot(slot, target.with_program(source)))
+
+    def _proposer_for(self, action: str, slot: int | None) -> tuple[Callable | None, str]:
+        if action == "rewrite_router":
+            return self.instruction_proposer, "router"
+        if action == "rewrite_description":
+            return self.instruction_proposer, f"slot{slot}.description"
+        if action == "rewrite_program":
+            return self.code_proposer or self.instruction_proposer, f"slot{slot}.program"
+        return None, ""
+
+
+__all__ = ["ProposerReflector", "SelectorState", "component_action", "library_components", "reflective_records",
+           "selectable_components"]
