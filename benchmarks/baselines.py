@@ -55,7 +55,7 @@ import dspy
 import numpy as np
 
 from dspy_adaptive.routed_program import PredictorBridge, RouteRecord, bridged_predictor, normalise_tools
-from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.sandbox import SandboxPool, SpecialistError, attach_tool_calls, compile_program
 from dspy_adaptive.sandbox.allowlist import prompt_text
 from dspy_adaptive.scoring import score_example
 from dspy_adaptive.tasks import INPUT_FIELD, OUTPUT_FIELD
@@ -173,7 +173,9 @@ class SandboxedFlex(dspy.Flex):
         lm = self.lm or self._runtime.lm or dspy.settings.lm
         bridge = PredictorBridge(self._runtime.predictor, self._runtime.tools, lm, role_name="program")
         fields = self._runtime.pool.run(compiled.program, dict(kwargs), bridge)
-        return dspy.Prediction(**fields)
+        pred = dspy.Prediction(**fields)
+        attach_tool_calls(pred, bridge.tool_calls)   # the PUPA metric judges what was really sent
+        return pred
 
     def __deepcopy__(self, memo: dict) -> "SandboxedFlex":
         clone = object.__new__(type(self))

@@ -14,7 +14,9 @@ One call reads top to bottom:
              that adapter is one of DSPy's own (formatting.py);
     record   a frozen `RouteRecord` (selected slot, executed slot, router answer, reasons) is
              attached to the returned Prediction — read it with `route_of(pred)` — without adding
-             any field the user's metric would see.
+             any field the user's metric would see; so is the list of tool calls the host served for
+             a specialist (`dspy_adaptive.sandbox.tool_calls_of(pred)`), so a metric can judge what
+             was really sent through a tool rather than what the specialist says it sent.
 """
 
 from __future__ import annotations
@@ -33,7 +35,14 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.formatting import lm_context
 from dspy_adaptive.library import FALLBACK, INACTIVE, Library
-from dspy_adaptive.sandbox import PredictorBridge, PredictorCache, SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.sandbox import (
+    PredictorBridge,
+    PredictorCache,
+    SandboxPool,
+    SpecialistError,
+    attach_tool_calls,
+    compile_program,
+)
 from dspy_adaptive.sandbox.bridge import bridged_predictor  # noqa: F401 (re-exported for the baselines)
 from dspy_adaptive.usage import role
 
@@ -261,6 +270,7 @@ class RoutedProgram(dspy.Module):
         pred = dspy.Prediction()
         for name, value in fields.items():   # not Prediction(**fields): a field named "base" is a constructor argument
             pred[name] = value
+        attach_tool_calls(pred, bridge.tool_calls)   # what it really sent through tools, for the metric
         return pred, RouteRecord(selected, k, answer, None)
 
     # -- predictor caches (stable objects so DSPy traces name the same predictor each time) --------
