@@ -141,15 +141,18 @@ def md_text(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ records
-_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.:\[\]'\"-]")
+_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.:+\[\]'\"-]")
 
 
 def bounded_key(key: object, limit: int = 64) -> str:
     """A name or key for logs and records: plain characters only (others become `?`), at most `limit`
-    characters (longer ones end with a marker saying how many were cut)."""
-    text = key if isinstance(key, str) else repr(key)
-    marker = f"...[+{len(text) - limit}]" if len(text) > limit else ""
-    return _KEY_CHARS.sub("?", text[:limit]) + marker
+    characters (a longer one is cut and ends with a marker saying how many were cut). Bounding a bounded
+    key changes nothing."""
+    text = _KEY_CHARS.sub("?", key if isinstance(key, str) else repr(key))
+    if len(text) <= limit:
+        return text
+    cut = max(0, limit - len(f"...[+{len(text)}]"))
+    return text[:cut] + f"...[+{len(text) - cut}]"
 
 
 __all__ = ["HIDDEN_CATEGORIES", "QUOTE", "bounded_key", "defang_markers", "has_hidden", "md_cell", "md_code",
