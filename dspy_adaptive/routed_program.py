@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from dspy_adaptive.sandbox import (
     compile_program,
 )
 from dspy_adaptive.sandbox.bridge import bridged_predictor  # noqa: F401 (re-exported for the baselines)
+from dspy_adaptive.untrusted import visible_controls
 from dspy_adaptive.usage import role
 
 _ROUTE_ATTR = "_adaptive_route"
@@ -128,6 +130,49 @@ def normalise_tools(tools: Mapping[str, Callable] | Sequence[Callable] | None) -
         if not callable(fn):
             raise TypeError(f"tool {name!r} is not callable")
     return items
+
+
+class ExportError(OSError):
+    """`RoutedProgram.export` refused to write outside its directory."""
+
+
+HIDDEN_SOURCE_NOTE = ("# NOT RUNNABLE AS WRITTEN: this source holds invisible or bidirectional control characters, "
+                      "shown here as \\u escapes; the sandbox policy refuses it, so it never runs.\n")
+
+
+def shown_source(source: str) -> str:
+    """A program's source as exported: unchanged when what a person reads is what runs; otherwise (hidden
+    characters, which the policy refuses) escaped visibly under a note saying it cannot run."""
+    shown = visible_controls(source)
+    return source if shown == source.replace("\r\n", "\n") and "\r" not in source else HIDDEN_SOURCE_NOTE + shown
+
+
+def _check_inside(root: Path, relative: str) -> list[Path]:
+    """The paths from `root` down to root/relative; ExportError if it leaves `root` or passes an existing
+    symbolic link (which could point anywhere)."""
+    base = root.resolve()
+    target = base.joinpath(relative)
+    if ".." in Path(relative).parts or Path(relative).is_absolute() or not target.is_relative_to(base):
+        raise ExportError(f"refusing to write {relative!r} outside {base}")
+    rel = target.relative_to(base)
+    paths = [base / p for p in reversed(rel.parents[:-1])] + [target]
+    for path in paths:
+        if path.is_symlink():
+            raise ExportError(f"refusing to write through the symbolic link {path}")
+    return paths
+
+
+def _write_inside(root: Path, relative: str, text: str) -> None:
+    """Write `text` to root/relative (checked by `_check_inside`), creating its directory; the file is
+    opened without following a link, so one created meanwhile is refused too."""
+    *dirs, target = _check_inside(root, relative)
+    for d in dirs:
+        if not d.exists():
+            d.mkdir()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(target, flags, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
 
 
 class RoutedProgram(dspy.Module):
@@ -316,18 +361,27 @@ class RoutedProgram(dspy.Module):
 
     def export(self, directory: str | Path) -> Path:
         """Write the library for people to read: router.txt, library.json and
-        slot_k/{description.txt, program.py, profile, active}."""
+        slot_k/{description.txt, program.py, profile, active}.
+
+        What is shown is what runs: router and descriptions are written with hidden characters
+        (bidirectional controls, zero-width characters, ...) as visible escapes, library.json is ASCII
+        JSON, and a program whose source holds such characters -- which the sandbox policy refuses, so
+        it never runs -- is written escaped under a first line saying so. Every file is written inside
+        `directory` (never through a symbolic link); anything else raises `ExportError`."""
         root = Path(directory)
         root.mkdir(parents=True, exist_ok=True)
-        (root / "router.txt").write_text(self.library.router + "\n", encoding="utf-8")
-        (root / "library.json").write_text(self.library.to_json(indent=2) + "\n", encoding="utf-8")
+        files = {"router.txt": visible_controls(self.library.router) + "\n",
+                 "library.json": json.dumps(self.library.to_dict(), indent=2, sort_keys=True) + "\n"}
         for k, slot in self.library.items():
-            d = root / f"slot_{k}"
-            d.mkdir(exist_ok=True)
-            (d / "description.txt").write_text(slot.description + "\n", encoding="utf-8")
-            (d / "program.py").write_text(slot.program_source, encoding="utf-8")
-            (d / "profile").write_text(slot.profile + "\n", encoding="utf-8")
-            (d / "active").write_text(("yes" if slot.active else "no") + "\n", encoding="utf-8")
+            d = f"slot_{int(k)}"
+            files[f"{d}/description.txt"] = visible_controls(slot.description) + "\n"
+            files[f"{d}/program.py"] = shown_source(slot.program_source)
+            files[f"{d}/profile"] = visible_controls(slot.profile) + "\n"
+            files[f"{d}/active"] = ("yes" if slot.active else "no") + "\n"
+        for relative in files:                  # refuse before writing anything
+            _check_inside(root, relative)
+        for relative, text in files.items():
+            _write_inside(root, relative, text)
         return root
 
     def close(self) -> None:
@@ -344,6 +398,5 @@ class RoutedProgram(dspy.Module):
         return f"RoutedProgram(active=[{active}], fallback={type(self.fallback).__name__})"
 
 
-__all__ = ["PredictorBridge", "normalise_tools", "RoutedProgram", "RouteRecord", "SpecialistRuntimeError", "route_of",
-           "parse_slot_answer",
-           "render_specialists", "INACTIVE"]
+__all__ = ["ExportError", "INACTIVE", "PredictorBridge", "RouteRecord", "RoutedProgram", "SpecialistRuntimeError",
+           "normalise_tools", "parse_slot_answer", "render_specialists", "route_of", "shown_source"]

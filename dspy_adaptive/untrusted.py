@@ -58,9 +58,13 @@ def visible_controls(text: str, keep: str = "\n\t") -> str:
     return text.translate(_escape_table(keep))
 
 
-def has_hidden(text: str, keep: str = "\n\t") -> bool:
-    """True when `visible_controls` would change `text` (besides CR LF line ends)."""
-    return visible_controls(text, keep) != str(text).replace("\r\n", "\n")
+def first_hidden(text: str, keep: str = "\n\t") -> str | None:
+    """The first character of `text` that `visible_controls` would escape, or None."""
+    text = str(text)
+    if text.isprintable():
+        return None
+    table = _escape_table(keep)
+    return next((ch for ch in text if ord(ch) in table), None)
 
 
 # ------------------------------------------------------------------------------------------------ prompts
@@ -127,10 +131,10 @@ def md_code(text: str) -> str:
 
 
 def md_cell(text: str) -> str:
-    """A Markdown table cell from text: one line, `|` escaped, HTML and entities neutralised, hidden
-    characters visible. Inline Markdown (emphasis) still renders: use `md_text` for untrusted text."""
+    """A Markdown table cell from text: one line, `|` escaped, HTML and entities neutralised, no links or
+    images (`[`, `]` escaped), hidden characters visible. Emphasis (`**bold**`) still renders."""
     flat = " ".join(visible_controls(str(text), keep="\n").split("\n"))
-    return html.escape(flat, quote=False).replace("|", "\\|")
+    return html.escape(flat, quote=False).replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
 
 
 def md_text(text: str) -> str:
@@ -155,5 +159,5 @@ def bounded_key(key: object, limit: int = 64) -> str:
     return text[:cut] + f"...[+{len(text) - cut}]"
 
 
-__all__ = ["HIDDEN_CATEGORIES", "QUOTE", "bounded_key", "defang_markers", "has_hidden", "md_cell", "md_code",
+__all__ = ["HIDDEN_CATEGORIES", "QUOTE", "bounded_key", "defang_markers", "first_hidden", "md_cell", "md_code",
            "md_fence", "md_text", "quote_tag", "quoted_lines", "visible_controls"]
