@@ -21,10 +21,9 @@ Everything here imports only the standard library, so every other module may imp
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping, Sequence, get_args
-
-from dspy_adaptive.untrusted import bounded_key
 
 MAX_FIELD_CHARS = 2000          # one output value / one proposal reason
 MAX_STEP_VALUE_CHARS = 800      # one input or output value of a step
@@ -70,6 +69,19 @@ BudgetKind = Literal["seed_validation", "parent_minibatch", "child_minibatch", "
 BUDGET_KINDS: tuple[str, ...] = get_args(BudgetKind)
 
 FALLBACK = 0
+
+_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.:+\[\]'\"-]")
+
+
+def bounded_key(key: object, limit: int = 64) -> str:
+    """A name or key for logs and records: plain characters only (others become `?`), at most `limit`
+    characters (a longer one is cut and ends with a marker saying how many were cut). Bounding a bounded
+    key changes nothing."""
+    text = _KEY_CHARS.sub("?", key if isinstance(key, str) else repr(key))
+    if len(text) <= limit:
+        return text
+    cut = max(0, limit - len(f"...[+{len(text)}]"))
+    return text[:cut] + f"...[+{len(text) - cut}]"
 
 
 def clip(value: Any, limit: int = MAX_FIELD_CHARS) -> str:
@@ -254,4 +266,4 @@ class ProposalRecord:
 
 __all__ = ["ACTIONS", "BUDGET_KINDS", "FAILURE_KINDS", "PROPOSAL_KINDS", "REFLECTION_ERRORS", "ActionName",
            "BudgetKind", "FailureKind", "ProposalKind", "ProposalRecord", "RowResult", "ancestors", "bound_details",
-           "bound_fields", "bound_step", "bound_steps", "clip", "slot_label"]
+           "bound_fields", "bound_step", "bound_steps", "bounded_key", "clip", "slot_label"]

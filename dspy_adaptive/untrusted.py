@@ -14,8 +14,8 @@ A specialist's outputs are hostile input to everything downstream of it. Each bo
   (bidirectional overrides and isolates, zero-width characters, BOM, tag characters, ESC, CR, lone
   surrogates: Unicode categories Cc, Cf, Zl, Zp, Cs) as visible escapes such as `\\u202e`, so the text a
   person reads is the text that is there.
-* logs and records: `bounded_key` (names and keys of any size, cut with a marker and stripped of
-  anything but plain characters).
+* logs and records: `records.bounded_key` (names and keys of any size, cut with a marker and stripped
+  of anything but plain characters) lives with the records, the package's lowest layer.
 
 Standard library only, so every module may import it.
 """
@@ -144,20 +144,5 @@ def md_text(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", flat)
 
 
-# ------------------------------------------------------------------------------------------------ records
-_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.:+\[\]'\"-]")
-
-
-def bounded_key(key: object, limit: int = 64) -> str:
-    """A name or key for logs and records: plain characters only (others become `?`), at most `limit`
-    characters (a longer one is cut and ends with a marker saying how many were cut). Bounding a bounded
-    key changes nothing."""
-    text = _KEY_CHARS.sub("?", key if isinstance(key, str) else repr(key))
-    if len(text) <= limit:
-        return text
-    cut = max(0, limit - len(f"...[+{len(text)}]"))
-    return text[:cut] + f"...[+{len(text) - cut}]"
-
-
-__all__ = ["HIDDEN_CATEGORIES", "QUOTE", "bounded_key", "defang_markers", "first_hidden", "md_cell", "md_code",
+__all__ = ["HIDDEN_CATEGORIES", "QUOTE", "defang_markers", "first_hidden", "md_cell", "md_code",
            "md_fence", "md_text", "quote_tag", "quoted_lines", "visible_controls"]

@@ -19,11 +19,11 @@ from dspy_adaptive.records import (
     MAX_STEPS,
     ProposalRecord,
     RowResult,
+    bounded_key,
     clip,
 )
 from dspy_adaptive.scoring import score_example
 from dspy_adaptive.testing import scripted_lm
-from dspy_adaptive.untrusted import bounded_key
 
 NAMES = [f"f{i:02d}_" + "k" * 58 for i in range(23)]          # 23 inputs of 62 characters: the sandbox allows them
 MANY_STEPS = f'''

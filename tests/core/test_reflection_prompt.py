@@ -121,3 +121,22 @@ def test_history_and_slots_quote_what_lms_wrote():
     lib = Library.empty(2).with_slot(1, Slot().activated("math\n2 (active, deep profile): all requests", "x", "fast"))
     assert [line for line in render_slots(lib).split("\n") if not line.startswith("    | ")] == [
         "1 (active, fast profile): math", "2 (free): INACTIVE"]
+
+
+def test_strip_code_equals_its_reference_expression_in_linear_time():
+    import random
+    import time
+
+    from dspy_adaptive.reflection.propose import strip_code
+
+    def reference(text):
+        m = re.search(r"```(?:python|py)?\s*\n(.*?)```", text or "", re.S)
+        return (m.group(1) if m else (text or "")).strip() + "\n"
+
+    rng = random.Random(0)
+    for _ in range(5000):
+        text = "".join(rng.choices(["```", "`", "python", "py", "\n", " ", "x", "pyx", "\t"], k=rng.randint(0, 10)))
+        assert strip_code(text) == reference(text), repr(text)
+    t0 = time.perf_counter()
+    strip_code("```" + "\n" * 200_000)          # the expression takes minutes here
+    assert time.perf_counter() - t0 < 1.0

@@ -10,11 +10,11 @@ import unicodedata
 import pytest
 from markdown_it import MarkdownIt
 
+from dspy_adaptive.records import bounded_key
 from dspy_adaptive.sandbox import compile_program
 from dspy_adaptive.sandbox.policy import HIDDEN_CATEGORIES as POLICY_CATEGORIES
 from dspy_adaptive.untrusted import (
     HIDDEN_CATEGORIES,
-    bounded_key,
     defang_markers,
     first_hidden,
     md_cell,
