@@ -103,10 +103,13 @@ def _failed(reason: str) -> dspy.Prediction:
 
 # --------------------------------------------------------------------------- HotpotQA
 
+_DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
 def normalize_answer(s: str) -> str:
     """SQuAD normalisation: lower-case, drop punctuation and articles, collapse whitespace."""
     s = s.lower()
-    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = s.translate(_DROP_PUNCTUATION)
     s = re.sub(r"\b(a|an|the)\b", " ", s)
     return " ".join(s.split())
 
