@@ -54,8 +54,9 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 import numpy as np
 
+from dspy_adaptive.reflection.traces import field_lines
 from dspy_adaptive.routed_program import PredictorBridge, RouteRecord, bridged_predictor, normalise_tools
-from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.sandbox import SandboxPool, SpecialistError, attach_tool_calls, compile_program
 from dspy_adaptive.sandbox.allowlist import prompt_text
 from dspy_adaptive.scoring import score_example
 from dspy_adaptive.tasks import INPUT_FIELD, OUTPUT_FIELD
@@ -173,7 +174,9 @@ class SandboxedFlex(dspy.Flex):
         lm = self.lm or self._runtime.lm or dspy.settings.lm
         bridge = PredictorBridge(self._runtime.predictor, self._runtime.tools, lm, role_name="program")
         fields = self._runtime.pool.run(compiled.program, dict(kwargs), bridge)
-        return dspy.Prediction(**fields)
+        pred = dspy.Prediction(**fields)
+        attach_tool_calls(pred, bridge.tool_calls)   # the PUPA metric judges what was really sent
+        return pred
 
     def __deepcopy__(self, memo: dict) -> "SandboxedFlex":
         clone = object.__new__(type(self))
@@ -423,6 +426,17 @@ def _evaluate(program: Callable, rows: Sequence[dspy.Example], metric: Callable,
     return ParallelExecutor(num_threads=num_threads, disable_progress_bar=True).execute(one, list(rows))
 
 
+def _induction_example(n: int, request: str, output: str, score: float, feedback: str) -> str:
+    """One observed example for instruction induction, its texts quoted as the reflection prompt quotes them
+    (reflection.traces.field_lines), so an output cannot forge another example or an instruction."""
+    lines = [f"### Example {n}"]
+    lines += field_lines("Request", request, indent="", limit=1500)
+    lines += field_lines("Output", output, indent="", limit=800)
+    lines.append(f"Score: {score:.2f}")
+    lines += field_lines("Feedback", feedback, indent="", limit=800)
+    return "\n".join(lines)
+
+
 def run_mop(*, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example], metric: Callable,
             reflection_lm: Any, lm: Any, embedder: Any = None, max_k: int = 5, num_candidates: int = 3,
             induce_rows: int = 8, num_threads: int = 1, seed: int = 0, progress: bool = True) -> MoPRun:
@@ -448,8 +462,8 @@ def run_mop(*, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example],
             seed_prog = dspy.Predict(GenericTask)
             obs = _evaluate(_responding(seed_prog), induce, metric, num_threads, "induce")
             calls += len(induce)
-            text = "\n\n".join(f"Request: {ex[INPUT_FIELD][:1500]}\nOutput: {o[:800]}\nScore: {s:.2f}\n"
-                               f"Feedback: {fb[:800]}" for ex, (s, fb, o) in zip(induce, obs)) or "(no examples)"
+            text = "\n\n".join(_induction_example(i + 1, ex[INPUT_FIELD], o, s, fb)
+                               for i, (ex, (s, fb, o)) in enumerate(zip(induce, obs))) or "(no examples)"
             cands = [seed_instruction]
             for j in range(num_candidates):
                 try:

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from dspy_adaptive.library import Library
 from dspy_adaptive.records import ancestors, slot_label
 from dspy_adaptive.results import AdaptiveGEPAResult
+from dspy_adaptive.untrusted import md_cell, md_code, md_fence, md_text
 
 LABELS_FILE = "labels.json"
 
@@ -167,11 +168,12 @@ def generations(result: AdaptiveGEPAResult) -> list[int]:
 # -- tables for people ------------------------------------------------------------------------------------
 
 def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A Markdown table; every cell is made safe (`untrusted.md_cell`: one line, `|` escaped, no live HTML,
+    links or images, hidden characters visible), so LM-written text such as a proposal's reason can be a cell."""
     def cell(v: Any) -> str:
-        text = f"{v:.3f}" if isinstance(v, float) else str(v)
-        return text.replace("|", "\\|").replace("\n", " ")
+        return md_cell(f"{v:.3f}" if isinstance(v, float) else str(v))
 
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -188,14 +190,16 @@ def routing_markdown(table: RoutingTable) -> str:
 
 
 def library_markdown(library: Library, title: str = "Library") -> str:
-    lines = [f"### {title}", "", "**Router instruction**", "", "```text", library.router, "```", ""]
+    """A library for people: LM-written text in fences longer than any backtick run inside it, hidden
+    characters written visibly."""
+    lines = [f"### {md_text(title)}", "", "**Router instruction**", "", md_fence(library.router, "text"), ""]
     active = library.active_ids()
     if not active:
         lines.append("_No active slots: every request goes to the fallback._")
     for k in active:
         slot = library.slot(k)
-        lines += [f"#### Slot {k} — profile `{slot.profile}`", "", slot.description, "", "```python",
-                  slot.program_source.rstrip() or "# (empty program)", "```", ""]
+        lines += [f"#### Slot {k} — profile {md_code(slot.profile)}", "", md_fence(slot.description, "text"), "",
+                  md_fence(slot.program_source.rstrip() or "# (empty program)", "python"), ""]
     return "\n".join(lines)
 
 

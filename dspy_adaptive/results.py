@@ -2,7 +2,12 @@
 
 Files: `run.json` (everything below, machine-readable), `report.md` (for people), and
 `learning_curve.png` (best validation mean vs scored calls). `load_run(log_dir)` reads a run back.
-Field names follow dspy.GEPA's `DspyGEPAResult` where the meaning is the same.
+Field names follow dspy.GEPA's `DspyGEPAResult` where the meaning is the same. `sandbox` is the
+sandbox's measured isolation (`SandboxPool.isolation_report().to_dict()`): which layers held here.
+
+report.md shows LM-written text (router, descriptions, programs, fault names) only through
+`dspy_adaptive.untrusted`: code in fences longer than any backtick run inside, hidden characters
+(bidirectional controls, zero-width characters, ...) written visibly, no live HTML or Markdown.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from dspy_adaptive.library import Library
 from dspy_adaptive.records import ACTIONS, REFLECTION_ERRORS, ProposalRecord, RowResult, slot_label
 from dspy_adaptive.search.archive import Archive, Candidate
+from dspy_adaptive.untrusted import md_cell, md_fence, md_text
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,7 @@ class AdaptiveGEPAResult:
     stop_reason: str = ""
     schedule: list[dict[str, Any]] = field(default_factory=list)   # sequential steps (perf analysis)
     faults: dict[str, Any] = field(default_factory=dict)            # failures the search absorbed
+    sandbox: dict[str, Any] = field(default_factory=dict)           # IsolationReport.to_dict() of the run's pool
 
     @property
     def best_candidate(self) -> Library:
@@ -55,7 +62,8 @@ class AdaptiveGEPAResult:
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], *, row_results: Iterable[RowResult] = (),
-                   schedule: Sequence[dict[str, Any]] = (), log_dir: str | None = None) -> "AdaptiveGEPAResult":
+                   schedule: Sequence[dict[str, Any]] = (), log_dir: str | None = None,
+                   sandbox: Mapping[str, Any] | None = None) -> "AdaptiveGEPAResult":
         """The result of a search from its saved state (`SearchEngine.state_dict()`, as in `state.json`).
 
         Args:
@@ -63,6 +71,8 @@ class AdaptiveGEPAResult:
             row_results: every scored call the run made (for the fault summary).
             schedule: the run's recorded sequential steps (perf analysis).
             log_dir: where the run's record lives, if anywhere.
+            sandbox: the sandbox's isolation report (`IsolationReport.to_dict()`); it describes the host the
+                run finished on, so it is not part of the search state.
         """
         arch = Archive(tuple(state["val_ids"]), [Candidate.from_dict(c) for c in state["archive"]])
         records = [ProposalRecord.from_dict(p) for p in state["proposals"]]
@@ -91,6 +101,7 @@ class AdaptiveGEPAResult:
             stop_reason=state.get("stop_reason", ""),
             schedule=list(schedule),
             faults=fault_summary(records, row_results, state["lost_calls"]),
+            sandbox=dict(sandbox or {}),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -183,7 +194,7 @@ def usage_lines(r: AdaptiveGEPAResult) -> list[str]:
                                                                      "cost")}
     lines = ["", "## LM usage and cost by role", "", "| role | calls | prompt tokens | completion tokens | USD |",
              "|---|---:|---:|---:|---:|"]
-    lines += [f"| {k} | {int(v['calls'])} | {int(v['prompt_tokens'])} | {int(v['completion_tokens'])} | "
+    lines += [f"| {md_cell(k)} | {int(v['calls'])} | {int(v['prompt_tokens'])} | {int(v['completion_tokens'])} | "
               f"{v['cost']:.4f} |" for k, v in r.usage.items()]
     lines.append(f"| **total** | {int(total['calls'])} | {int(total['prompt_tokens'])} | "
                  f"{int(total['completion_tokens'])} | {total['cost']:.4f} |")
@@ -200,6 +211,32 @@ def usage_lines(r: AdaptiveGEPAResult) -> list[str]:
     return lines
 
 
+def sandbox_markdown(report: Mapping[str, Any] | None) -> list[str]:
+    """The report's "Sandbox" section: which isolation layers held for the run's specialists, and why any
+    did not (from `IsolationReport.to_dict()`)."""
+    lines = ["## Sandbox", ""]
+    if not report:
+        return lines + ["_No isolation report was recorded for this run._"]
+    requested, available = report.get("requested") or {}, report.get("available") or {}
+    applied, missing = report.get("applied") or {}, report.get("missing") or {}
+    who = "root" if report.get("root") else "an ordinary user"
+    held = [k for k in requested if k not in missing]
+    lines.append(f"Specialists ran on {md_text(report.get('platform', '?'))} as {who}, isolation mode "
+                 f"`{md_text(report.get('mode', '?'))}`: {len(held)} of {len(requested)} OS layers held"
+                 + (" (every one)." if not missing else "."))
+    lines += ["", "| layer | held | why not |", "|---|---|---|"]
+    for k in [*requested, *(m for m in missing if m not in requested)]:
+        ok = k not in missing
+        note = "yes" + (", confirmed by a worker" if applied.get(k) else "") if ok else "no"
+        if ok and k == "landlock" and report.get("landlock_abi"):
+            note += f" (ABI {int(report['landlock_abi'])})"
+        why = md_cell(missing.get(k, "")) if not ok else ("" if available.get(k, True) else "unavailable")
+        lines.append(f"| {md_cell(k)} | {note} | {why} |")
+    lines += ["", "The host bridge, the static policy and the per-call timeouts hold on every platform; "
+                  "see the README's safety model."]
+    return lines
+
+
 def render_markdown(r: AdaptiveGEPAResult) -> str:
     best = r.best_candidate
     lines = ["# Adaptive-GEPA run", "",
@@ -210,28 +247,30 @@ def render_markdown(r: AdaptiveGEPAResult) -> str:
              + ", ".join(f"{k} {v}" for k, v in r.budget["by_kind"].items() if v), "",
              "## Proposals by action (accepted = passed the gate and entered the archive)", "",
              "| action | proposed | accepted |", "|---|---:|---:|"]
-    lines += [f"| {a} | {c['proposed']} | {c['accepted']} |" for a, c in r.action_counts.items()]
+    lines += [f"| {md_cell(a)} | {c['proposed']} | {c['accepted']} |" for a, c in r.action_counts.items()]
     f = r.faults or {}
     if f:
+        kinds = ", ".join(f"{md_text(k)} {v}" for k, v in f.get("failed_rollouts_by_type", {}).items())
         lines += ["", f"Absorbed faults: {f.get('failed_rollouts', 0)} failed rollouts "
-                      f"({', '.join(f'{k} {v}' for k, v in f.get('failed_rollouts_by_type', {}).items()) or 'none'}), "
+                      f"({kinds or 'none'}), "
                       f"{f.get('metric_faults', 0)} metric faults, "
                       f"{f.get('failed_reflections', 0)} failed reflections, "
                       f"{f.get('lost_to_interruptions', 0)} scored calls lost to interruptions."]
     lines += usage_lines(r)
+    lines += ["", *sandbox_markdown(r.sandbox)]
     routes = Counter(v for v in r.executed[r.best_idx].values())
     lines += ["", f"## Routing of the best candidate on validation ({len(r.executed[r.best_idx])} rows)", ""]
     lines += [f"- {slot_label(k)}: {n}"
               for k, n in sorted(routes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]
-    lines += ["", "## Best library", "", "Router:", "", "```text", best.router, "```", ""]
+    lines += ["", "## Best library", "", "Router:", "", md_fence(best.router, "text"), ""]
     for k, slot in best.items():
         if slot.active:
-            lines += [f"### Slot {k} ({slot.profile})", "", slot.description, "", "```python",
-                      slot.program_source.rstrip(), "```", ""]
+            lines += [f"### Slot {k} ({md_text(slot.profile)})", "", "Description:", "",
+                      md_fence(slot.description, "text"), "", md_fence(slot.program_source, "python"), ""]
     lines += ["## Candidates", "", "| # | origin | parents | val mean | found at (calls) | active slots |",
               "|---:|---|---|---:|---:|---|"]
     for i, lib in enumerate(r.candidates):
-        lines.append(f"| {i} | {r.origins[i]} | {','.join(map(str, r.parents[i])) or '-'} | "
+        lines.append(f"| {i} | {md_cell(r.origins[i])} | {','.join(map(str, r.parents[i])) or '-'} | "
                      f"{r.val_aggregate_scores[i]:.4f} | {r.discovery_eval_counts[i]} | "
                      f"{','.join(map(str, lib.active_ids())) or '-'} |")
     return "\n".join(lines) + "\n"

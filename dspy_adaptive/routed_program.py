@@ -14,7 +14,9 @@ One call reads top to bottom:
              that adapter is one of DSPy's own (formatting.py);
     record   a frozen `RouteRecord` (selected slot, executed slot, router answer, reasons) is
              attached to the returned Prediction — read it with `route_of(pred)` — without adding
-             any field the user's metric would see.
+             any field the user's metric would see; so is the list of tool calls the host served for
+             a specialist (`dspy_adaptive.sandbox.tool_calls_of(pred)`), so a metric can judge what
+             was really sent through a tool rather than what the specialist says it sent.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import asyncio
 import copy
 import functools
 import json
+import os
 import re
 import threading
 from collections import OrderedDict
@@ -36,7 +39,14 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.formatting import lm_context
 from dspy_adaptive.library import FALLBACK, INACTIVE, Library
-from dspy_adaptive.sandbox import PredictorBridge, PredictorCache, SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.sandbox import (
+    PredictorBridge,
+    PredictorCache,
+    SandboxPool,
+    SpecialistError,
+    attach_tool_calls,
+    compile_program,
+)
 from dspy_adaptive.sandbox.bridge import (  # noqa: F401 (bridged_predictor is re-exported for the baselines)
     BridgeRefused,
     PredictRequest,
@@ -45,6 +55,7 @@ from dspy_adaptive.sandbox.bridge import (  # noqa: F401 (bridged_predictor is r
     parse_predict,
 )
 from dspy_adaptive.sandbox.compiler import source_hash
+from dspy_adaptive.untrusted import visible_controls
 from dspy_adaptive.usage import role
 
 _ROUTE_ATTR = "_adaptive_route"
@@ -129,6 +140,49 @@ def normalise_tools(tools: Mapping[str, Callable] | Sequence[Callable] | None) -
         if not callable(fn):
             raise TypeError(f"tool {name!r} is not callable")
     return items
+
+
+class ExportError(OSError):
+    """`RoutedProgram.export` refused to write outside its directory."""
+
+
+HIDDEN_SOURCE_NOTE = ("# NOT RUNNABLE AS WRITTEN: this source holds invisible or bidirectional control characters, "
+                      "shown here as \\u escapes; the sandbox policy refuses it, so it never runs.\n")
+
+
+def shown_source(source: str) -> str:
+    """A program's source as exported: unchanged when what a person reads is what runs; otherwise (hidden
+    characters, which the policy refuses) escaped visibly under a note saying it cannot run."""
+    shown = visible_controls(source)
+    return source if shown == source.replace("\r\n", "\n") and "\r" not in source else HIDDEN_SOURCE_NOTE + shown
+
+
+def _check_inside(root: Path, relative: str) -> list[Path]:
+    """The paths from `root` down to root/relative; ExportError if it leaves `root` or passes an existing
+    symbolic link (which could point anywhere)."""
+    base = root.resolve()
+    target = base.joinpath(relative)
+    if ".." in Path(relative).parts or Path(relative).is_absolute() or not target.is_relative_to(base):
+        raise ExportError(f"refusing to write {relative!r} outside {base}")
+    rel = target.relative_to(base)
+    paths = [base / p for p in reversed(rel.parents[:-1])] + [target]
+    for path in paths:
+        if path.is_symlink():
+            raise ExportError(f"refusing to write through the symbolic link {path}")
+    return paths
+
+
+def _write_inside(root: Path, relative: str, text: str) -> None:
+    """Write `text` to root/relative (checked by `_check_inside`), creating its directory; the file is
+    opened without following a link, so one created meanwhile is refused too."""
+    *dirs, target = _check_inside(root, relative)
+    for d in dirs:
+        if not d.exists():
+            d.mkdir()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(target, flags, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
 
 
 class SpecialistPredictors(PredictorCache):
@@ -402,6 +456,7 @@ class RoutedProgram(dspy.Module, Parameter):
         pred = dspy.Prediction()
         for name, value in fields.items():   # not Prediction(**fields): a field named "base" is a constructor argument
             pred[name] = value
+        attach_tool_calls(pred, bridge.tool_calls)   # what it really sent through tools, for the metric
         return pred, RouteRecord(selected, k, answer, None)
 
     # -- the router predictor -----------------------------------------------------------------------
@@ -540,19 +595,27 @@ class RoutedProgram(dspy.Module, Parameter):
 
     def export(self, directory: str | Path) -> Path:
         """Write the library for people to read: router.txt, library.json and
-        slot_k/{description.txt, program.py, profile, active}."""
-        library = self.library
+        slot_k/{description.txt, program.py, profile, active}.
+
+        What is shown is what runs: router and descriptions are written with hidden characters
+        (bidirectional controls, zero-width characters, ...) as visible escapes, library.json is ASCII
+        JSON, and a program whose source holds such characters -- which the sandbox policy refuses, so
+        it never runs -- is written escaped under a first line saying so. Every file is written inside
+        `directory` (never through a symbolic link); anything else raises `ExportError`."""
         root = Path(directory)
         root.mkdir(parents=True, exist_ok=True)
-        (root / "router.txt").write_text(library.router + "\n", encoding="utf-8")
-        (root / "library.json").write_text(library.to_json(indent=2) + "\n", encoding="utf-8")
-        for k, slot in library.items():
-            d = root / f"slot_{k}"
-            d.mkdir(exist_ok=True)
-            (d / "description.txt").write_text(slot.description + "\n", encoding="utf-8")
-            (d / "program.py").write_text(slot.program_source, encoding="utf-8")
-            (d / "profile").write_text(slot.profile + "\n", encoding="utf-8")
-            (d / "active").write_text(("yes" if slot.active else "no") + "\n", encoding="utf-8")
+        files = {"router.txt": visible_controls(self.library.router) + "\n",
+                 "library.json": json.dumps(self.library.to_dict(), indent=2, sort_keys=True) + "\n"}
+        for k, slot in self.library.items():
+            d = f"slot_{int(k)}"
+            files[f"{d}/description.txt"] = visible_controls(slot.description) + "\n"
+            files[f"{d}/program.py"] = shown_source(slot.program_source)
+            files[f"{d}/profile"] = visible_controls(slot.profile) + "\n"
+            files[f"{d}/active"] = ("yes" if slot.active else "no") + "\n"
+        for relative in files:                  # refuse before writing anything
+            _check_inside(root, relative)
+        for relative, text in files.items():
+            _write_inside(root, relative, text)
         return root
 
     def close(self) -> None:
@@ -612,6 +675,6 @@ def _discover_cached(pool: SandboxPool, program: Any) -> tuple[PredictRequest, .
     return found
 
 
-__all__ = ["PredictorBridge", "normalise_tools", "RoutedProgram", "RouteRecord", "SpecialistPredictors",
-           "SpecialistRuntimeError", "route_of", "parse_slot_answer",
-           "render_specialists", "INACTIVE"]
+__all__ = ["ExportError", "INACTIVE", "PredictorBridge", "RouteRecord", "RoutedProgram", "SpecialistPredictors",
+           "SpecialistRuntimeError", "normalise_tools", "parse_slot_answer", "render_specialists", "route_of",
+           "shown_source"]

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from dspy_adaptive.records import RowResult, clip
+from dspy_adaptive.records import MAX_STEPS, RowResult, clip
 from dspy_adaptive.routed_program import SpecialistRuntimeError, route_of
 from dspy_adaptive.usage import role
 
@@ -87,8 +87,9 @@ def score_example(program: Callable[..., Any], example: dspy.Example, metric: Ca
         metric: dspy.GEPA's feedback metric `(gold, pred, trace, pred_name, pred_trace)`.
         row_id: the id recorded on the result (default: the example's `id` field, else "").
         failure_score: the score of a failed rollout or a misbehaving metric.
-        predictor_label: when given, the call runs under a fresh DSPy trace and every predictor call is
-            recorded in `steps`, named by this function (e.g. `RoutedProgram.predictor_label`).
+        predictor_label: when given, the call runs under a fresh DSPy trace and its predictor calls are
+            recorded in `steps`, named by this function (e.g. `RoutedProgram.predictor_label`): the first
+            `records.MAX_STEPS`, the rest counted in `steps_omitted` (the record bounds them further).
         clip_outputs: record the output's fields as clipped text (default); False keeps them whole (JSON values
             as they are, other objects as text), for `track_best_outputs`.
         format_failure_feedback: when the program failed because an LM answer could not be parsed into its
@@ -106,11 +107,13 @@ def score_example(program: Callable[..., Any], example: dspy.Example, metric: Ca
             pred, error, kind = e, e.route.error, e.route.error_kind
         except Exception as e:  # fallback or router LM failure: a failed rollout, never a crash
             pred, error, kind = e, f"{type(e).__name__}: {clip(str(e), 500)}", type(e).__name__
-        steps = tuple(_steps(predictor_label, dspy.settings.trace)) if predictor_label is not None else ()
+        trace = list(dspy.settings.trace or []) if predictor_label is not None else []
+        steps = tuple(_steps(predictor_label, trace[:MAX_STEPS])) if predictor_label is not None else ()
     route = route_of(pred)
     common = dict(row_id=rid, selected=route.selected if route else None,
                   executed=route.executed if route else None,
-                  fallback_reason=route.fallback_reason if route else None, steps=steps)
+                  fallback_reason=route.fallback_reason if route else None, steps=steps,
+                  steps_omitted=len(trace) - len(steps))
     if error is not None:
         feedback = f"The program failed at run time, so it scored {failure_score}: {error}"
         if format_failure_feedback:

@@ -15,6 +15,7 @@ import inspect
 import json
 import random
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -79,6 +80,17 @@ class SandboxSettings:
     def __post_init__(self) -> None:
         if self.isolation not in ("warn", "strict"):
             raise ValueError(f"SandboxSettings.isolation must be 'warn' or 'strict', got {self.isolation!r}")
+
+
+def sandbox_record(pool: SandboxPool) -> dict[str, Any]:
+    """The run record's `sandbox` entry: the pool's measured isolation (which layers held, and why any did
+    not); if it cannot be measured, why not."""
+    try:
+        with warnings.catch_warnings():       # the pool has already warned once about missing layers
+            warnings.simplefilter("ignore")
+            return pool.isolation_report().to_dict()
+    except Exception as e:  # noqa: BLE001 - the record says so instead of failing a finished search
+        return {"error": f"{type(e).__name__}: {str(e)[:500]}"}
 
 
 def _check_metric(metric: Callable) -> None:
@@ -434,7 +446,8 @@ class AdaptiveGEPA(Teleprompter):
                 tracker.finish(failed=True)
         best = engine.archive[engine.archive.best_index()]
         result = AdaptiveGEPAResult.from_state(engine.state_dict(), row_results=evaluator.cache.values(),
-                                               schedule=engine.schedule.to_list(), log_dir=self.log_dir)
+                                               schedule=engine.schedule.to_list(), log_dir=self.log_dir,
+                                               sandbox=sandbox_record(pool))
         routed = base.with_library(best.library)
         routed._sandbox, routed._owns_sandbox = pool, True
         routed._route_memo = None

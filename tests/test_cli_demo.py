@@ -13,6 +13,10 @@ def test_demo_writes_report_plots_program_and_library(tmp_path):
           "--threads", "2"])
     report = (out / "report.md").read_text()
     assert "Test scores" in report and "Routing on test" in report and "Proposals by action" in report
+    # the sandbox's measured isolation is in the run record and the report
+    sandbox = json.loads((out / "search" / "run.json").read_text())["sandbox"]
+    assert set(sandbox["requested"]) == {"rlimits", "uid", "landlock", "seccomp", "netns"}
+    assert "## Sandbox" in report and "| landlock |" in report
     for png in ("learning_curve.png", "routing_heatmap.png", "lineage.png", "family_scores.png"):
         assert (out / png).stat().st_size > 5000, png
     assert json.loads((out / "routed.json").read_text())["library"]["router"]

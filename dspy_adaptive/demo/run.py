@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from dspy_adaptive.records import slot_label
 from dspy_adaptive.scoring import score_example
+from dspy_adaptive.untrusted import md_code
 
 FAMILY_NAMES = {"hotpotqa": "multi-hop QA", "aime": "arithmetic", "pupa": "private rewrite",
                 "livebench_if": "constrained writing"}
@@ -196,7 +197,7 @@ def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: 
         return sum(d.values()) / len(d)
 
     lines = ["# Adaptive-GEPA demo (offline, built-in mini mixture)", "",
-             f"Actor/router/judge: `{config.actor_lm}`; reflection: `{config.reflection_lm}`. Wall time "
+             f"Actor/router/judge: {md_code(config.actor_lm)}; reflection: {md_code(config.reflection_lm)}. Wall time "
              f"{wall / 60:.1f} min. Budget {result.budget['spent']} of {result.budget['max']} scored calls "
              f"(stopped: {result.stop_reason}).", "",
              "A 135M-parameter local model cannot write useful programs or judge well: expect few or no accepted "

@@ -7,7 +7,6 @@ Every rejection also carries a typed `failure` (records.FailureKind), which is w
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
 from dspy_adaptive.records import ACTIONS, FailureKind, ProposalRecord, RowResult
 from dspy_adaptive.reflection import signatures as sig
-from dspy_adaptive.reflection.traces import render_history, render_slots, render_traces, render_usage
+from dspy_adaptive.reflection.traces import defang, render_history, render_slots, render_traces, render_usage
 from dspy_adaptive.routed_program import parse_slot_answer
 from dspy_adaptive.sandbox import compile_program
 from dspy_adaptive.sandbox.allowlist import prompt_text
@@ -75,9 +74,28 @@ def program_contract(input_names: Sequence[str], output_names: Sequence[str], to
 
 
 def strip_code(text: str) -> str:
-    """The source inside a ```python fence, or the text itself."""
-    m = re.search(r"```(?:python|py)?\s*\n(.*?)```", text or "", re.S)
-    return (m.group(1) if m else (text or "")).strip() + "\n"
+    """The source inside the first ```python (or ```py, or bare ```) fence that is closed, or the text itself.
+
+    The same answer as `re.search(r"```(?:python|py)?\\s*\\n(.*?)```", text, re.S)`, in one pass: that
+    expression backtracks over its `\\s*` for every closing-fence search and takes quadratic time on a
+    fence followed by many blank lines (LM output is not trusted to be well-formed)."""
+    text = text or ""
+    pos = 0
+    while (p := text.find("```", pos)) >= 0:
+        pos = p + 1
+        for lang in ("python", "py", ""):
+            if not text.startswith(lang, p + 3):
+                continue
+            start = p + 3 + len(lang)
+            end = start
+            while end < len(text) and text[end].isspace():
+                end += 1
+            newline = text.rfind("\n", start, end)        # \s*\n: the last newline of the whitespace run
+            if newline < 0:
+                continue
+            close = text.find("```", newline + 1)
+            return (text[newline + 1:close] if close >= 0 else text).strip() + "\n"
+    return text.strip() + "\n"
 
 
 def _rejected(action: str | None, slot: int | None, failure: FailureKind, reason: str,
@@ -115,6 +133,9 @@ class Reflector:
         self.contract = program_contract(self.input_names, self.output_names or ("answer",), self.tools)
 
     def _call(self, predictor: dspy.Predict, **kwargs: Any) -> dspy.Prediction:
+        """One reflection LM call; every text input has DSPy's field markers made inert (router text,
+        descriptions and sources are LM-written; the traces are rendered quoted already)."""
+        kwargs = {k: defang(v) if isinstance(v, str) else v for k, v in kwargs.items()}
         t0 = time.perf_counter()
         images = getattr(self._local, "images", None)
         if images:   # the requests' images (dspy.Type inputs) go to the reflection LM as structured content

@@ -14,7 +14,17 @@ of the zygote), errors.py (SpecialistError), bench.py (`python -m dspy_adaptive.
 """
 
 from .allowlist import ALLOWED_MODULES, ALLOWED_NAMES
-from .bridge import BridgeLimits, BridgeRefused, PredictorBridge, PredictorCache, PredictRequest, ToolRequest
+from .bridge import (
+    BridgeLimits,
+    BridgeRefused,
+    PredictorBridge,
+    PredictorCache,
+    PredictRequest,
+    ToolCall,
+    ToolRequest,
+    attach_tool_calls,
+    tool_calls_of,
+)
 from .compiler import CompiledProgram, CompileResult, compile_program
 from .errors import SpecialistError
 from .layers import Layers
@@ -23,5 +33,5 @@ from .pool import HostBridge, IsolationReport, RunResult, SandboxIsolationError,
 
 __all__ = ["ALLOWED_MODULES", "ALLOWED_NAMES", "BridgeLimits", "BridgeRefused", "CompileResult", "CompiledProgram",
            "HostBridge", "IsolationReport", "Layers", "PredictRequest", "PredictorBridge", "PredictorCache",
-           "RunResult", "SandboxIsolationError", "SandboxPool", "SpecialistError", "ToolRequest", "check",
-           "compile_program"]
+           "RunResult", "SandboxIsolationError", "SandboxPool", "SpecialistError", "ToolCall", "ToolRequest",
+           "attach_tool_calls", "check", "compile_program", "tool_calls_of"]

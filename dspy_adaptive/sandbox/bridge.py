@@ -16,7 +16,10 @@ runs, `parse_predict` / `parse_tool` turn it into a frozen request or refuse it:
   (`sandbox_error_text`); the full text stays on the host for the run record.
 
 `PredictorBridge` serves validated requests with host `dspy.Predict` / `dspy.ChainOfThought`
-objects from a bounded `PredictorCache`, in the calling thread (so DSPy's trace and context apply).
+objects from a bounded `PredictorCache`, in the calling thread (so DSPy's trace and context apply),
+and records every tool call it serves: the caller attaches them to the program's output
+(`attach_tool_calls`), so a metric judges what was actually sent through a tool (`tool_calls_of`)
+rather than what the program reports it sent.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
@@ -75,6 +78,36 @@ class PredictRequest:
 class ToolRequest:
     name: str
     kwargs: Mapping[str, Any]     # plain JSON values
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call a sandboxed program made, as the host received it (before the tool ran)."""
+
+    name: str
+    kwargs: Mapping[str, Any]
+
+    def text(self) -> str:
+        """Every argument value as text (strings as they are, other values as JSON), one per line."""
+        return "\n".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in self.kwargs.values())
+
+
+_TOOL_CALLS_ATTR = "_adaptive_tool_calls"
+
+
+def attach_tool_calls(obj: Any, calls: Sequence[ToolCall]) -> None:
+    """Record on a program's output the tool calls the host served for it, without adding a field."""
+    try:
+        object.__setattr__(obj, _TOOL_CALLS_ATTR, tuple(calls))
+    except (AttributeError, TypeError):
+        pass
+
+
+def tool_calls_of(obj: Any) -> tuple[ToolCall, ...] | None:
+    """The tool calls the host served for the sandboxed program that produced `obj` (a metric reads what
+    was really sent, not what the program says it sent); None when `obj` did not come from a sandbox
+    (the user's own in-process program, whose outputs are trusted)."""
+    return getattr(obj, _TOOL_CALLS_ATTR, None)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -280,6 +313,7 @@ class PredictorBridge:
                  lm: Any, role_name: str = "specialist", scope: Any = None, label: str = "program"):
         self.predictors, self.tools, self.lm = predictors, tools, lm
         self.role_name, self.scope, self.label = role_name, scope, label
+        self.tool_calls: list[ToolCall] = []   # every call served, in order (see `tool_calls_of`)
 
     def _predictor(self, request: PredictRequest) -> dspy.Module:
         if isinstance(self.predictors, PredictorCache):
@@ -297,6 +331,7 @@ class PredictorBridge:
         if fn is None:
             raise BridgeRefused(f"there is no tool named {request.name!r}")
         check_tool_arguments(fn, request)
+        self.tool_calls.append(ToolCall(request.name, dict(request.kwargs)))   # recorded before it can act
         return fn(**request.kwargs)
 
 

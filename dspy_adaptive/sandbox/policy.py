@@ -24,6 +24,7 @@ import ast
 import io
 import re
 import tokenize
+import unicodedata
 
 from RestrictedPython.transformer import ALLOWED_FUNC_NAMES, INSPECT_ATTRIBUTES, RestrictingNodeTransformer
 
@@ -41,7 +42,10 @@ ALLOWED_NAMES = allowlist.ALLOWED_NAMES
 
 #: Characters that make the code a person reads differ from the code that runs ("Trojan Source",
 #: CVE-2021-42574): bidirectional overrides/isolates and invisible format characters. Refused anywhere
-#: in the source, strings and comments included; so are control characters other than tab and newline.
+#: in the source, strings and comments included; so are control characters other than tab and newline,
+#: and every other format, line/paragraph-separator or surrogate code point (`HIDDEN_CATEGORIES`, the
+#: categories `dspy_adaptive.untrusted` writes visibly: tag characters, U+2028, interlinear annotations,
+#: ...), so an exported program reads as it runs. (Self-contained: the worker imports this module alone.)
 _HIDDEN = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\u00ad\u061c\u180e"
                      "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
@@ -238,12 +242,23 @@ def _names_hint(mod: str) -> str:
     return f"allowed from {mod}: {shown}"
 
 
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def _first_hidden(line: str) -> str | None:
+    if line.isprintable():
+        return None
+    return next((ch for ch in line if ch != "\t" and not ch.isprintable()
+                 and unicodedata.category(ch) in HIDDEN_CATEGORIES), None)
+
+
 def _hidden_characters(source: str) -> list[tuple[int, str]]:
     out = []
     for i, line in enumerate(source.split("\n"), 1):
         m = _HIDDEN.search(line.rstrip("\r"))
-        if m:
-            out.append((i, f"the source contains the invisible or control character U+{ord(m.group()):04X}; "
+        ch = m.group() if m else _first_hidden(line.rstrip("\r"))
+        if ch:
+            out.append((i, f"the source contains the invisible or control character U+{ord(ch):04X}; "
                            "it can make the code people read differ from the code that runs"))
     return out
 

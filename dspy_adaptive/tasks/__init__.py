@@ -40,8 +40,18 @@ Modules:
 """
 
 INPUT_FIELD = "request"
+#: The longest response (characters, after removing thinking blocks) the IFEval / LiveBench-IF checkers and
+#: the PUPA LM judges read. A longer one is not read: it follows no instruction, and is not judged (quality
+#: "worse", a longer request sent out counts as leaking every annotated item). 20,000 characters is about
+#: 3,000 English words, well above the longest length instruction of either data set (IFEval "at least 800
+#: words", LiveBench-IF 497 words); at that length the slowest checker (NLTK's word tokenizer over many
+#: one-word sentences) takes about 1.5 s, and every other one a few milliseconds.
+MAX_CHECKED_CHARS = 20_000
+#: The longest response the cheap metrics (HotpotQA token F1, AIME answer extraction) read; a longer one
+#: scores 0 with feedback saying why. Everything they run is linear in the text.
+MAX_METRIC_CHARS = 200_000
 OUTPUT_FIELD = "response"
 EXTERNAL_REQUEST_FIELD = "external_request"
 FAMILIES = ("hotpotqa", "aime", "pupa", "livebench_if")
 
-__all__ = ["EXTERNAL_REQUEST_FIELD", "FAMILIES", "INPUT_FIELD", "OUTPUT_FIELD"]
+__all__ = ["EXTERNAL_REQUEST_FIELD", "FAMILIES", "INPUT_FIELD", "MAX_CHECKED_CHARS", "MAX_METRIC_CHARS", "OUTPUT_FIELD"]

@@ -16,7 +16,7 @@ from benchmarks.baselines import (
     silhouette,
 )
 from dspy_adaptive import route_of
-from dspy_adaptive.sandbox import SandboxPool
+from dspy_adaptive.sandbox import SandboxPool, tool_calls_of
 from dspy_adaptive.testing import scripted_lm
 
 GOOD = '''class Upper(dspy.Module):
@@ -46,7 +46,10 @@ def test_sandboxed_flex_is_a_flex_to_gepa_and_runs_in_our_sandbox():
         copy = flex.deepcopy()
         rebind_flex_code(copy, {"self": GOOD})
         assert copy.module_src == GOOD and flex.module_src != GOOD
-        assert copy(request="Hi").response == "HI2"                           # predictor + tool bridged
+        pred = copy(request="Hi")
+        assert pred.response == "HI2"                                         # predictor + tool bridged
+        calls = tool_calls_of(pred)       # what the module really sent through tools, for the PUPA metric
+        assert [(c.name, dict(c.kwargs)) for c in calls] == [("search", {"query": "Hi"})]
         batch = [dspy.Example(request="x", answer="X2").with_inputs("request")]
         ok = evaluate_with_trace(copy, batch, metric_fn=_metric, num_threads=1, failure_score=0.0,
                                  callback_metadata={}, capture_traces=True)

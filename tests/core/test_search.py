@@ -232,5 +232,6 @@ def test_the_result_is_built_from_the_saved_state(data, tmp_path):
         dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
     state = json.loads((tmp_path / "state.json").read_text())
     evals = [RowResult.from_dict(json.loads(line)["result"]) for line in open(tmp_path / "evals.jsonl")]
-    again = AdaptiveGEPAResult.from_state(state, row_results=evals, schedule=res.schedule, log_dir=str(tmp_path))
-    assert again == res.run          # the run record behind detailed_results
+    again = AdaptiveGEPAResult.from_state(state, row_results=evals, schedule=res.schedule, log_dir=str(tmp_path),
+                                          sandbox=res.run.sandbox)
+    assert again == res.run and res.run.sandbox["requested"]   # the run record behind detailed_results

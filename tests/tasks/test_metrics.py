@@ -130,7 +130,7 @@ def judge_lm(quality=(True, True), leaked=1):
     """Scripted judges: quality verdict per order (A=program first, then A=reference), fixed leak count."""
     def respond(call):
         if "judgment" in call.output_fields:
-            program_first = call.field("response_A") == "PROGRAM RESPONSE"
+            program_first = "PROGRAM RESPONSE" in call.field("response_A")
             return {"reasoning": "compared", "judgment": quality[0] if program_first else quality[1]}
         if "num_pii_leaked" in call.output_fields:
             return {"reasoning": "counted", "num_pii_leaked": leaked}

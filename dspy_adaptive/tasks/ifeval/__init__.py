@@ -35,9 +35,10 @@ of these ×100.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Sequence
+
+from dspy_adaptive.tasks.text import remove_think_blocks
 
 from .checkers import (
     INSTRUCTION_IDS,
@@ -93,16 +94,13 @@ def evaluate_instructions(
     return results
 
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", flags=re.DOTALL)
-
-
 def strip_thinking(response: str) -> str:
     """Remove ``<think>...</think>`` blocks, then strip whitespace.
 
     If a closing ``</think>`` is left with no opening tag (chat templates that put the opening
     tag in the prompt), everything up to and including the last one is dropped too.
     """
-    text = _THINK_BLOCK.sub("", response or "")
+    text = remove_think_blocks(response or "")
     if "</think>" in text:
         text = text.rsplit("</think>", 1)[1]
     return text.strip()

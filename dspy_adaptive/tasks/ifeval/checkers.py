@@ -30,6 +30,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from dspy_adaptive.tasks import MAX_CHECKED_CHARS
+from dspy_adaptive.tasks.text import too_long
+
 from . import text_util
 
 __all__ = [
@@ -111,6 +114,70 @@ def _needs(relation: str, threshold: int, what: str, actual: int) -> str:
 def _preview(text: str, limit: int = 40) -> str:
     text = text.replace("\n", "\\n")
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+# --------------------------------------------------------------------------- linear-time scans
+# Three of the reference's regular expressions take quadratic time on adversarial responses (findall
+# retries them from every position: a line of 20,000 "[" costs ~3 s, 20,000 newlines ~2 s). These scans
+# return exactly what the reference's findall returns (tests/tasks/ifeval compares them on random text)
+# in one pass.
+
+
+def count_placeholders(text: str) -> int:
+    """``len(re.findall(r"\\[.*?\\]", text))``: from each "[", the first "]" on the same line."""
+    count, pos = 0, 0
+    while (i := text.find("[", pos)) >= 0:
+        nl = text.find("\n", i)
+        j = text.find("]", i + 1, len(text) if nl < 0 else nl)
+        if j >= 0:
+            count, pos = count + 1, j + 1
+        elif nl < 0:
+            break
+        else:
+            pos = nl + 1     # no "]" after this "[" on its line: none after any later "[" there either
+    return count
+
+
+def count_bullet_lines(text: str, star: bool) -> int:
+    """``len(re.findall(r"^\\s*\\*[^\\*].*$", text, re.M))`` (star) or ``r"^\\s*-.*$"`` (dash)."""
+    count, pos, n = 0, 0, len(text)
+    while pos <= n:
+        if pos > 0 and text[pos - 1] != "\n":       # the next line start at or after pos
+            nl = text.find("\n", pos)
+            if nl < 0:
+                break
+            pos = nl + 1
+        k = pos
+        while k < n and text[k].isspace():          # \s* (it may cross lines, as in the reference)
+            k += 1
+        if star:
+            hit, body = k + 1 < n and text[k] == "*" and text[k + 1] != "*", k + 2
+        else:
+            hit, body = k < n and text[k] == "-", k + 1
+        if hit:
+            count += 1
+            end = text.find("\n", body)                # ".*$": to the end of the line
+            pos = n if end < 0 else end
+            if end < 0:
+                break
+        elif k >= n:
+            break
+        else:
+            pos = k + 1      # every line start in [pos, k] fails the same way: go past k
+    return count
+
+
+def find_titles(text: str) -> list[str]:
+    """``re.findall(r"<<[^\\n]+>>", text)``: per line, from its first "<<" to its last ">>" (at least one
+    character between them), or nothing."""
+    titles = []
+    for line in text.split("\n"):
+        start = line.find("<<")
+        if start >= 0:
+            end = line.rfind(">>")
+            if end >= start + 3:
+                titles.append(line[start:end + 2])
+    return titles
 
 
 # --------------------------------------------------------------------------- checkers
@@ -229,20 +296,24 @@ def _nth_paragraph_first_word(value: str, prompt: str, kw: dict) -> Result:
 
 def _number_placeholders(value: str, prompt: str, kw: dict) -> Result:
     expected = _int_arg("detectable_content:number_placeholders", "num_placeholders", kw["num_placeholders"])
-    count = len(re.findall(r"\[.*?\]", value))
+    count = count_placeholders(value)
     return count >= expected, _needs("at least", expected, "[placeholders]", count)
 
 
 def _postscript(value: str, prompt: str, kw: dict) -> Result:
     marker = _str_arg("detectable_content:postscript", "postscript_marker", kw["postscript_marker"]).strip()
     lowered = value.lower()
+    # The reference runs findall(r"\s*" + marker + r".*$", re.M) and asks whether anything matched. The
+    # leading \s* may match nothing and ".*$" always matches under re.M, so that is exactly "the marker
+    # occurs": searched without them, because findall retries \s* from every position of a whitespace
+    # run (quadratic time on a response of blank lines).
     if marker == "P.P.S":
-        pattern = r"\s*p\.\s?p\.\s?s.*$"
+        pattern = r"p\.\s?p\.\s?s"
     elif marker == "P.S.":
-        pattern = r"\s*p\.\s?s\..*$"
+        pattern = r"p\.\s?s\."
     else:
-        pattern = r"\s*" + marker.lower() + r".*$"
-    found = _regex(pattern, re.MULTILINE).findall(lowered)
+        pattern = marker.lower()
+    found = _regex(pattern, re.MULTILINE).search(lowered)
     if found:
         return True, f"has a postscript starting with {marker!r}"
     return False, f"no postscript starting with {marker!r}"
@@ -250,9 +321,7 @@ def _postscript(value: str, prompt: str, kw: dict) -> Result:
 
 def _number_bullet_lists(value: str, prompt: str, kw: dict) -> Result:
     expected = _int_arg("detectable_format:number_bullet_lists", "num_bullets", kw["num_bullets"])
-    stars = re.findall(r"^\s*\*[^\*].*$", value, flags=re.MULTILINE)
-    dashes = re.findall(r"^\s*-.*$", value, flags=re.MULTILINE)
-    count = len(stars) + len(dashes)
+    count = count_bullet_lines(value, star=True) + count_bullet_lines(value, star=False)
     return count == expected, f"needs exactly {expected} bullet points ('* ' or '-' lines), found {count}"
 
 
@@ -296,11 +365,13 @@ def _json_format(value: str, prompt: str, kw: dict) -> Result:
         json.loads(body)
     except ValueError as exc:
         return False, f"not valid JSON ({exc.__class__.__name__}: {str(exc)[:60]})"
+    except RecursionError:   # e.g. thousands of "[": Python's parser gives up (the reference would crash)
+        return False, "not valid JSON (nested too deeply to parse)"
     return True, "whole response parses as JSON"
 
 
 def _title(value: str, prompt: str, kw: dict) -> Result:
-    for title in re.findall(r"<<[^\n]+>>", value):
+    for title in find_titles(value):
         if title.lstrip("<").rstrip(">").strip():
             return True, f"has title {_preview(title)}"
     return False, "no non-empty <<title>>"
@@ -435,7 +506,8 @@ def check_instruction(instruction_id: str, response: str, kwargs: dict | None, p
     """Strict verdict ``(followed, detail)`` for one instruction on an already-cleaned response.
 
     An empty (whitespace-only) response follows nothing, as in LiveBench's
-    ``test_instruction_following_strict``.
+    ``test_instruction_following_strict``; nor does one longer than ``MAX_CHECKED_CHARS`` (20,000
+    characters), which is not read at all, so no checker's time depends on how much a program writes.
     """
     spec = _REGISTRY.get(instruction_id)
     if spec is None:
@@ -447,6 +519,9 @@ def check_instruction(instruction_id: str, response: str, kwargs: dict | None, p
     missing = [name for name in spec.required if name not in kw]
     if missing:
         raise InstructionArgumentError(f"{instruction_id}: missing kwargs {missing}")
+    long = too_long(response, MAX_CHECKED_CHARS)
+    if long:
+        return False, long + " (not checked)"
     followed, detail = spec.check(response, prompt or "", kw)
     if not response.strip():
         return False, "empty response"
