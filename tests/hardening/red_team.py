@@ -14,6 +14,10 @@ Families (each row of `python -m benchmarks.faults`' red-team table):
   OS attacks, full Python     files, /proc, TCP, abstract sockets, signals, fork, exec with the policy and
                               RestrictedPython off: all OS layers on, then each layer alone (its own class)
   bridge, raw frames          crafted protocol frames from a worker with no policy and no OS layer
+  downstream of the sandbox   hostile outputs against what reads them: forged judge verdicts, quadratic
+                              regex inputs for the checkers, tool calls that differ from what a program
+                              reports, forged reflection records, report/export breakouts, record floods
+                              (each test of those modules is one attack: passed = contained)
 """
 
 from __future__ import annotations
@@ -234,11 +238,36 @@ def bridge_row() -> Row:
     return row
 
 
-def run_red_team(tmp: Path) -> list[Row]:
+DOWNSTREAM_TESTS = ("tests/tasks/test_hostile_outputs.py", "tests/tasks/ifeval/test_adversarial.py",
+                    "tests/core/test_reflection_prompt.py", "tests/plots/test_hostile_report.py",
+                    "tests/core/test_record_bounds.py")
+
+
+def downstream_row() -> Row:
+    """Each attack of the downstream test modules, run through pytest: passed = contained."""
+    import pytest
+
+    row = Row("downstream of the sandbox (outputs as hostile input)")
+
+    class Collect:
+        def pytest_runtest_logreport(self, report):
+            if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+                if report.outcome == "passed":
+                    row.add("contained")
+                elif report.outcome == "failed":
+                    row.add("escaped", f"{report.nodeid}: {str(report.longrepr)[-300:]}")
+
+    pytest.main([str(ROOT_DIR / t) for t in DOWNSTREAM_TESTS] + ["-qq", "-p", "no:cacheprovider", "--no-header",
+                "-o", "addopts=", "--import-mode=importlib", "--rootdir", str(ROOT_DIR)], plugins=[Collect()])
+    return row
+
+
+def run_red_team(tmp: Path, downstream: bool = True) -> list[Row]:
+    """Every family; `downstream=False` leaves out the downstream modules (the test suite runs them itself)."""
     old = os.environ.get("OPENAI_API_KEY")
     os.environ["OPENAI_API_KEY"] = SECRET
     try:
-        return corpus_rows(tmp) + os_rows(tmp) + [bridge_row()]
+        return corpus_rows(tmp) + os_rows(tmp) + [bridge_row()] + ([downstream_row()] if downstream else [])
     finally:
         if old is None:
             os.environ.pop("OPENAI_API_KEY", None)
