@@ -21,24 +21,28 @@
 * ``per-family-fpa``: four GEPA-FPA runs at budget/4, one per family's own train/val split, combined
   into a `LabelRoutedProgram` that picks the family's program by the TRUE hidden ``family`` label. It
   is a reference that sees labels at inference (the paper's "oracle routing"), used only at test time.
-* ``mop``: Mixture-of-Prompts (Wang et al., 2024), adapted as in paper Appendix D:
+* ``mop``: Mixture-of-Prompts (Wang et al., 2024), as the paper's Appendix D reproduces it:
     - embedding: a deterministic offline hashed TF-IDF vector (word unigrams + bigrams hashed into
       ``dim`` buckets with sha1, smoothed IDF fitted on the train+val requests, L2-normalised), or a
       `dspy.Embedder(model)` when an embedding model string is given (the paper used a local Qwen3
-      embedding model instead of MoP's hosted encoder);
+      embedding model in place of MoP's hosted encoder);
     - clustering: `scipy.cluster.vq.kmeans2` with a seeded k-means++ init for K = 2..min(5, n-1);
       K is chosen by the highest mean silhouette coefficient (cosine distance on the normalised
       vectors); K = 1 when there are too few requests or no K has a positive silhouette;
     - routing: nearest centroid (cosine);
-    - per-cluster instruction induction, APE-style: the seed P0 runs on up to ``induce_rows`` of the
-      cluster's feedback (train) rows; the reflection LM reads those requests with their outputs,
-      scores and metric feedback and proposes ``num_candidates`` instructions (one call each, with a
-      distinct candidate number); each candidate and the seed instruction are scored on the cluster's
-      validation rows, and the best mean wins (ties -> the earlier candidate, the seed first);
-    - no demonstrations and no RBJS demo assignment: PUPA and LiveBench-IF expose no gold output
-      string, and P0 is zero-shot (the paper's adaptation keeps them out of demos as well);
+    - demonstrations (MoP's demo assignment): each expert's demos come from its own region, the training
+      requests of its cluster that have a single gold output string (an ``answer`` field: HotpotQA and
+      AIME); PUPA and LiveBench-IF requests join clustering and routing but give no demonstrations;
+    - APE instruction induction: the reflection (proposal) LM reads input -> gold output pairs of the
+      region (requests alone where a region has no gold strings) and writes the instruction that would
+      produce them, ``num_candidates`` times;
+    - region-based joint search (RBJS): every (instruction, demonstrations) pair of the region (the seed
+      instruction and the induced ones, each with the region's demos and without) is scored on the
+      region's validation rows; the best mean wins (ties -> the earlier pair: seed first, no demos first);
     - native budget: every program run + metric call above counts as a scored call and is reported;
-      with the paper's sizes this is ~1k calls, independent of ``--budget``.
+      with the paper's sizes this is about 1k calls, independent of ``--budget``.
+  Remaining differences from the paper's run: the default embedding is hashed TF-IDF (pass --embedder for
+  a real embedding model; none ships offline), and MoP's own prompt templates are paraphrased.
 """
 
 from __future__ import annotations
@@ -364,31 +368,39 @@ def choose_clusters(X: np.ndarray, max_k: int = 5, seed: int = 0) -> tuple[np.nd
 
 
 class ProposeInstruction(dspy.Signature):
-    """You write the instruction for a language-model program that answers a group of similar user
-    requests in one step. Read the example requests with the current program's outputs, their scores
-    and the evaluator's feedback, and write ONE improved, general instruction for this group of
-    requests (what to do, what knowledge or procedure helps, and the required answer format). Do not
-    copy example-specific answers into the instruction."""
+    """APE instruction induction. I gave a friend an instruction and some inputs. The friend read the
+    instruction and wrote an output for every one of the inputs. Here are the input-output pairs (where
+    no reference output exists, only the inputs). Write the instruction: one general instruction that
+    would make a language model produce such outputs for inputs like these (what to do, what procedure
+    helps, and the answer format). Do not copy example-specific answers into it."""
 
-    current_instruction: str = dspy.InputField()
-    examples: str = dspy.InputField(desc="requests of this group with outputs, scores and feedback")
+    examples: str = dspy.InputField(desc="input-output pairs of this group of requests")
     candidate_number: str = dspy.InputField(desc="which of several independent proposals this is")
-    instruction: str = dspy.OutputField(desc="the new instruction")
+    instruction: str = dspy.OutputField(desc="the instruction")
+
+
+def demo_output(example: Any) -> str | None:
+    """A training request's single gold output string (its ``answer``), or None (PUPA, LiveBench-IF)."""
+    answer = example.get("answer") if hasattr(example, "get") else None
+    return None if answer is None else str(answer)
 
 
 class MoPProgram(dspy.Module):
-    """Nearest-centroid router over per-cluster instructions of P0's single predictor.
+    """Nearest-centroid router over per-cluster experts: P0's single predictor with the expert's instruction
+    and demonstrations.
 
     The executed cluster is recorded as a `RouteRecord` on the prediction (`route_of(pred).executed`,
     1-based cluster number) so routing agreement can be measured like Adaptive-GEPA's.
     """
 
-    def __init__(self, embedder: Any, centroids: np.ndarray, instructions: Sequence[str]):
+    def __init__(self, embedder: Any, centroids: np.ndarray, instructions: Sequence[str],
+                 demos: Sequence[Sequence[Mapping[str, str]]] | None = None):
         super().__init__()
         self.embedder = embedder
         self.centroids = np.asarray(centroids, dtype=float)
         self.instructions = list(instructions)
-        self.experts = [dspy.Predict(GenericTask.with_instructions(t)) for t in self.instructions]
+        self.demos = [list(d) for d in (demos or [[] for _ in self.instructions])]
+        self.experts = [_expert(t, d) for t, d in zip(self.instructions, self.demos)]
 
     def cluster_of(self, request: str) -> int:
         return int(np.argmax(self.embedder([request]) @ self.centroids.T, axis=1)[0])
@@ -398,6 +410,12 @@ class MoPProgram(dspy.Module):
         pred = dspy.Prediction(response=self.experts[k](request=request).response)
         object.__setattr__(pred, "_adaptive_route", RouteRecord(k + 1, k + 1, str(k + 1), None))
         return pred
+
+
+def _expert(instruction: str, demos: Sequence[Mapping[str, str]]) -> dspy.Predict:
+    predictor = dspy.Predict(GenericTask.with_instructions(instruction))
+    predictor.demos = [dspy.Example(request=d["request"], response=d["response"]) for d in demos]
+    return predictor
 
 
 @dataclass
@@ -426,21 +444,26 @@ def _evaluate(program: Callable, rows: Sequence[dspy.Example], metric: Callable,
     return ParallelExecutor(num_threads=num_threads, disable_progress_bar=True).execute(one, list(rows))
 
 
-def _induction_example(n: int, request: str, output: str, score: float, feedback: str) -> str:
-    """One observed example for instruction induction, its texts quoted as the reflection prompt quotes them
-    (reflection.traces.field_lines), so an output cannot forge another example or an instruction."""
-    lines = [f"### Example {n}"]
-    lines += field_lines("Request", request, indent="", limit=1500)
-    lines += field_lines("Output", output, indent="", limit=800)
-    lines.append(f"Score: {score:.2f}")
-    lines += field_lines("Feedback", feedback, indent="", limit=800)
-    return "\n".join(lines)
+def _ape_examples(region: Sequence[dspy.Example], rng: random.Random, n: int) -> str:
+    """Input -> output pairs for APE-style instruction induction, quoted as the reflection prompt quotes
+    texts (reflection.traces.field_lines), so no text can forge another example or an instruction."""
+    rows = rng.sample(list(region), min(n, len(region)))
+    parts = []
+    for i, ex in enumerate(rows):
+        out = demo_output(ex)
+        lines = [f"### Example {i + 1}"] + field_lines("Input", ex[INPUT_FIELD], indent="", limit=1500)
+        if out is not None:
+            lines += field_lines("Output", out, indent="", limit=800)
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) or "(no examples)"
 
 
 def run_mop(*, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example], metric: Callable,
             reflection_lm: Any, lm: Any, embedder: Any = None, max_k: int = 5, num_candidates: int = 3,
-            induce_rows: int = 8, num_threads: int = 1, seed: int = 0, progress: bool = True) -> MoPRun:
-    """MoP as adapted in the module docstring. `lm` runs the experts (global profile)."""
+            induce_rows: int = 8, max_demos: int = 4, num_threads: int = 1, seed: int = 0,
+            progress: bool = True) -> MoPRun:
+    """MoP as reproduced in the module docstring. `lm` runs the experts (global profile); `reflection_lm`
+    induces instructions (APE)."""
     from tqdm.auto import tqdm
 
     embedder = embedder or HashedTfidfEmbedder()
@@ -452,47 +475,48 @@ def run_mop(*, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example],
     seed_instruction = GenericTask.instructions
     proposer = dspy.Predict(ProposeInstruction)
     calls = 0
-    chosen, details = [], {"k": K, "silhouette": {str(k): v for k, v in sil.items()}, "clusters": []}
+    chosen, chosen_demos = [], []
+    details: dict[str, Any] = {"k": K, "silhouette": {str(k): v for k, v in sil.items()}, "clusters": []}
     rng = random.Random(seed)
     with dspy.context(lm=lm):
         for c in tqdm(range(K), desc="MoP clusters", disable=not progress):
             tr = [ex for ex, label in zip(trainset, train_labels) if label == c]
             va = [ex for ex, label in zip(valset, val_labels) if label == c]
-            induce = rng.sample(tr, min(induce_rows, len(tr)))
-            seed_prog = dspy.Predict(GenericTask)
-            obs = _evaluate(_responding(seed_prog), induce, metric, num_threads, "induce")
-            calls += len(induce)
-            text = "\n\n".join(_induction_example(i + 1, ex[INPUT_FIELD], o, s, fb)
-                               for i, (ex, (s, fb, o)) in enumerate(zip(induce, obs))) or "(no examples)"
-            cands = [seed_instruction]
-            for j in range(num_candidates):
+            gold = [ex for ex in tr if demo_output(ex) is not None]
+            demos = [{"request": ex[INPUT_FIELD], "response": demo_output(ex)}
+                     for ex in rng.sample(gold, min(max_demos, len(gold)))]
+            instructions = [seed_instruction]
+            for j in range(num_candidates):                                        # APE induction
                 try:
                     with dspy.context(lm=reflection_lm, trace=None):
-                        out = proposer(current_instruction=seed_instruction, examples=text,
+                        out = proposer(examples=_ape_examples(gold or tr, rng, induce_rows),
                                        candidate_number=f"{j + 1} of {num_candidates}")
                     ins = str(out.instruction or "").strip()
-                    if ins and ins not in cands:
-                        cands.append(ins)
+                    if ins and ins not in instructions:
+                        instructions.append(ins)
                 except Exception:  # noqa: BLE001 - an unusable proposal is skipped
                     continue
+            pairs = [(ins, d) for ins in instructions for d in ([[]] + ([demos] if demos else []))]
             means = []
-            for ins in cands:
-                pred = dspy.Predict(GenericTask.with_instructions(ins))
-                res = _evaluate(_responding(pred), va, metric,
-                                num_threads, "select")
+            for ins, d in pairs:                                                   # region-based joint search
+                res = _evaluate(_responding(_expert(ins, d)), va, metric, num_threads, "select")
                 calls += len(va)
                 means.append(sum(r[0] for r in res) / len(res) if res else 0.0)
-            best = max(range(len(cands)), key=lambda i: (means[i], -i))
-            chosen.append(cands[best])
-            details["clusters"].append({"cluster": c + 1, "train": len(tr), "val": len(va), "candidates": cands,
+            best = max(range(len(pairs)), key=lambda i: (means[i], -i))
+            chosen.append(pairs[best][0])
+            chosen_demos.append(pairs[best][1])
+            details["clusters"].append({"cluster": c + 1, "train": len(tr), "val": len(va), "gold_demos": len(gold),
+                                        "candidates": [{"instruction": ins, "demos": len(d)} for ins, d in pairs],
                                         "val_means": means, "chosen": best})
-    program = MoPProgram(embedder, cents, chosen)
-    spec = {"embedder": embedder.state(), "centroids": cents.tolist(), "instructions": chosen}
+    program = MoPProgram(embedder, cents, chosen, chosen_demos)
+    spec = {"embedder": embedder.state(), "centroids": cents.tolist(), "instructions": chosen,
+            "demos": chosen_demos}
     return MoPRun(program, spec, calls, details)
 
 
 def mop_from_spec(spec: Mapping[str, Any]) -> MoPProgram:
-    return MoPProgram(make_embedder(spec["embedder"]), np.asarray(spec["centroids"]), spec["instructions"])
+    return MoPProgram(make_embedder(spec["embedder"]), np.asarray(spec["centroids"]), spec["instructions"],
+                      spec.get("demos"))
 
 
 def seed_program() -> SeedProgram:
@@ -500,5 +524,5 @@ def seed_program() -> SeedProgram:
 
 
 __all__ = ["DspyEmbedder", "FPARun", "GepaBatchSampler", "HashedTfidfEmbedder", "LabelRoutedProgram", "MoPProgram",
-           "MoPRun", "ProposeInstruction", "SANDBOX_NOTE", "SandboxedFlex", "choose_clusters", "make_embedder",
-           "mop_from_spec", "run_gepa_fpa", "run_mop", "seed_program", "silhouette"]
+           "MoPRun", "ProposeInstruction", "SANDBOX_NOTE", "SandboxedFlex", "choose_clusters", "demo_output",
+           "make_embedder", "mop_from_spec", "run_gepa_fpa", "run_mop", "seed_program", "silhouette"]

@@ -115,6 +115,9 @@ class FamilySplits:
     val: list[dspy.Example]
     test: list[dspy.Example]
     notes: list[str] = field(default_factory=list)
+    #: HotpotQA: every {"title", "sentences"} paragraph of the loaded split(s), deduplicated by title (the
+    #: offline retrieval corpus: each question's gold paragraphs among all the split's distractors)
+    corpus: list[dict[str, Any]] = field(default_factory=list)
 
     def sizes(self) -> tuple[int, int, int]:
         return len(self.train), len(self.val), len(self.test)
@@ -239,21 +242,47 @@ def split_hotpotqa(dev: list[dict], train: list[dict] | None, sizes: Sequence[in
         va = order[got[0]:got[0] + got[1]]
         te = order[got[0] + got[1]:got[0] + got[1] + got[2]]
     return FamilySplits("hotpotqa", [_hotpot_example(r) for r in tr], [_hotpot_example(r) for r in va],
-                        [_hotpot_example(r) for r in te], notes)
+                        [_hotpot_example(r) for r in te], notes, corpus=split_paragraphs(dev + list(tr)))
+
+
+def split_paragraphs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every context paragraph of `records` ({"title", "sentences"}), first occurrence per title."""
+    seen: dict[str, dict[str, Any]] = {}
+    for r in records:
+        for para in r.get("context") or ():
+            if isinstance(para, dict):
+                title, sentences = para.get("title"), para.get("sentences")
+            else:                                   # the official JSON's [title, sentences] pairs
+                title, sentences = para
+            if title and title not in seen:
+                seen[title] = {"title": title, "sentences": list(sentences or ())}
+    return list(seen.values())
 
 
 def _hf_hotpotqa(revision: str | None) -> tuple[list[dict], list[dict]]:
     spec = HF_SOURCES["hotpotqa"]
     ds = _hf_load(spec["path"], spec["name"], None, revision)
 
-    def conv(r):
+    def conv(r, with_context=False):
         sf = r["supporting_facts"]
         facts = [[t, int(s)] for t, s in zip(sf["title"], sf["sent_id"])]
-        return {"id": r["id"], "question": r["question"], "answer": r["answer"], "type": r.get("type"),
-                "level": r.get("level"), "supporting_facts": facts,
-                "supporting_titles": list(dict.fromkeys(t for t, _ in facts))}
+        out = {"id": r["id"], "question": r["question"], "answer": r["answer"], "type": r.get("type"),
+               "level": r.get("level"), "supporting_facts": facts,
+               "supporting_titles": list(dict.fromkeys(t for t, _ in facts))}
+        if with_context:   # the dev split's paragraphs form the offline retrieval corpus (~66k paragraphs)
+            ctx = r["context"]
+            out["context"] = [{"title": t, "sentences": list(s)} for t, s in zip(ctx["title"], ctx["sentences"])]
+        return out
 
-    return [conv(r) for r in ds["validation"]], [conv(r) for r in ds["train"]]
+    return [conv(r, True) for r in ds["validation"]], [conv(r) for r in ds["train"]]
+
+
+def _hf_hotpotqa_train_contexts(revision: str | None, ids: set[str]) -> list[dict]:
+    spec = HF_SOURCES["hotpotqa"]
+    train = _hf_load(spec["path"], spec["name"], "train", revision).select_columns(["id", "context"])
+    return [{"context": [{"title": t, "sentences": list(s)} for t, s in zip(r["context"]["title"],
+                                                                           r["context"]["sentences"])]}
+            for r in train if r["id"] in ids]
 
 
 # --------------------------------------------------------------------------- AIME
@@ -440,10 +469,15 @@ def load_family(family: str, source: str = "local", data_dir: str | Path | None 
     local = lambda name: _read_jsonl(root / name)  # noqa: E731
     if family == "hotpotqa":
         if source == "hf":
-            dev, train = _hf_hotpotqa(revisions.get("hotpotqa", HF_SOURCES["hotpotqa"]["revision"]))
-        else:
-            dev = local(LOCAL_FILES["hotpotqa"])
-            train = local(HOTPOTQA_LOCAL_TRAIN) if (root / HOTPOTQA_LOCAL_TRAIN).is_file() else None
+            revision = revisions.get("hotpotqa", HF_SOURCES["hotpotqa"]["revision"])
+            dev, train = _hf_hotpotqa(revision)
+            splits = split_hotpotqa(dev, train, sizes, seed)
+            # the sampled feedback questions' own paragraphs join the dev split's (train contexts are not kept)
+            splits.corpus = split_paragraphs(dev + _hf_hotpotqa_train_contexts(
+                revision, {ex.source_id for ex in splits.train}))
+            return splits
+        dev = local(LOCAL_FILES["hotpotqa"])
+        train = local(HOTPOTQA_LOCAL_TRAIN) if (root / HOTPOTQA_LOCAL_TRAIN).is_file() else None
         return split_hotpotqa(dev, train, sizes, seed)
     if family == "aime":
         records = _hf_aime(revisions) if source == "hf" else local(LOCAL_FILES["aime"])
@@ -477,4 +511,4 @@ def load_mixture(source: str = "local", data_dir: str | Path | None = None, seed
 __all__ = ["AIME_SHUFFLE_SEED", "DEFAULT_SEED", "DataError", "FamilySplits", "HF_SOURCES", "LOCAL_FILES",
            "Mixture", "PAPER_SIZES", "balanced_quotas", "default_data_dir", "example_id", "livebench_article",
            "load_family", "load_mixture", "make_example", "scale_sizes", "split_aime", "split_hotpotqa",
-           "split_livebench_if", "split_pupa"]
+           "split_livebench_if", "split_paragraphs", "split_pupa"]

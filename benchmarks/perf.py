@@ -157,7 +157,7 @@ def _children_cpu() -> float:
 
 
 def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int, k: int,
-            n_train: int, n_val: int, task: str = "climb") -> dict[str, Any]:
+            n_train: int, n_val: int, task: str = "climb", reuse_scores: bool = False) -> dict[str, Any]:
     log, t = CallLog(), Task(task)
     actor = scripted_lm(log.wrap(t.actor, latency), model="scripted/actor")
     train, val = examples(n_train, 0), examples(n_val, 10_000)
@@ -170,7 +170,7 @@ def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int
             refl = scripted_lm(log.wrap(t.adaptive_reflection, latency), model="scripted/reflection")
             opt = AdaptiveGEPA(metric, reflection_lm=refl, max_metric_calls=budget, num_threads=threads,
                                seed=seed, track_stats=True, progress=False, use_merge=False,
-                               max_concurrent_proposals=k)
+                               max_concurrent_proposals=k, reuse_scores=reuse_scores)
             routed = opt.compile(program, trainset=train, valset=val)
             res = routed.detailed_results
             routed.close()
@@ -346,12 +346,16 @@ def main(argv: list[str] | None = None) -> None:
                    help="how the scripted LMs behave (see Task); climb is the default")
     p.add_argument("--rss", action="store_true", help="measure RSS per archived candidate (180 val rows)")
     p.add_argument("--out", default=None, help="also write the rows as JSON here")
+    p.add_argument("--reuse-scores", action="store_true",
+                   help="AdaptiveGEPA reuse_scores=True (the pre-issue-15 (content hash, row) reuse) instead of the "
+                        "paper's accounting, where every scoring invocation is executed and charged")
     p.add_argument("--single", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.single is not None:
-        method, lat, th, bud, seed, k, ntr, nv, task = a.single
+        method, lat, th, bud, seed, k, ntr, nv, task, *rest = a.single
         print(json.dumps(run_one(method, latency=float(lat), threads=int(th), budget=int(bud), seed=int(seed),
-                                 k=int(k), n_train=int(ntr), n_val=int(nv), task=task)))
+                                 k=int(k), n_train=int(ntr), n_val=int(nv), task=task,
+                                 reuse_scores=rest == ["reuse"])))
         return
     if a.rss:
         # lottery: its searches keep archiving candidates (climb stops once one scores 1.0), and
@@ -369,7 +373,8 @@ def main(argv: list[str] | None = None) -> None:
             common = [str(a.threads), str(a.budget), str(seed)]
             rows.append(spawn(["gepa", str(lat), *common, "1", str(a.train), str(a.val), a.task]))
             for k in a.k:
-                rows.append(spawn(["adaptive", str(lat), *common, str(k), str(a.train), str(a.val), a.task]))
+                rows.append(spawn(["adaptive", str(lat), *common, str(k), str(a.train), str(a.val), a.task]
+                                  + (["reuse"] if a.reuse_scores else [])))
             print(f"done latency={lat} seed={seed}", file=sys.stderr)
     print(table(rows))
     print()

@@ -14,7 +14,9 @@ same --out is refused.
 Every method gets the same data, metric (`MixtureMetric`, PUPA judges on --judge-lm), tools (`search`
 retrieval + `ask_external_llm` on --external-lm), reflection LM and budget. Execution profiles: the
 router and `fast` specialists run on --fast-lm, the fallback/seed P0 and `deep` specialists on
---deep-lm (both default to --actor-lm). The single-program baselines (seed, GEPA-FPA, MoP) use one
+--deep-lm; by default both are built from --actor-lm as in the paper (`dspy_adaptive.profiles_from`:
+fast = thinking off, temperature 0.3, 4,096 tokens; deep = thinking on, 0.6, 8,192; for Qwen3 on vLLM
+the thinking switch is the chat template's enable_thinking). The single-program baselines (seed, GEPA-FPA, MoP) use one
 global profile, deep (paper Appendix D: "the selected program uses deep").
 
 `--scripted` (tests/CI): every role is a deterministic scripted LM (`dspy_adaptive.testing`); metrics
@@ -36,12 +38,23 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 
 from benchmarks import tables
+from dspy_adaptive.profiles import profiles_from
 from dspy_adaptive.tasks import FAMILIES
 from dspy_adaptive.testing import ScriptedWorld
 
 METHODS = ("adaptive", "gepa-fpa-all", "per-family-fpa", "mop", "seed")
 AIME_ATTEMPTS = 5
 DEFAULT_MINIBATCH = 24
+#: The paper does not state its merge cap; its main run accepted 26 merges in 47 checks (Appendix L), so a
+#: cap of 50 accepted merges does not bind at 18,000 calls.
+PAPER_MERGE_CAP = 50
+#: --preset values (explicit flags win). "paper": the main run of the paper (Section 4.1, Appendices B, K, L).
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {"budget": 18000, "seed": 43, "minibatch_size": DEFAULT_MINIBATCH, "max_specialists": 5,
+              "aime_attempts": AIME_ATTEMPTS, "merge_cap": PAPER_MERGE_CAP, "merge_cadence": 1,
+              "merge_cap_counts": "accepted", "merge_parent_copies": "measure", "reuse_scores": False,
+              "max_concurrent_proposals": 1},
+}
 
 
 # =============================================================================================== CLI
@@ -51,7 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks.run",
         description="Reproduce the paper's benchmark for one method (or merge finished runs with --compare).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--method", choices=METHODS, help="the method to run")
+    p.add_argument("--method", choices=METHODS + ("grpo",),
+                   help="the method to run (grpo: the optional grpo extra, open weights via --grpo-model, a GPU)")
+    p.add_argument("--grpo-model", help="grpo only: a Hugging Face model id or local path with open weights "
+                                        "(paper: Qwen/Qwen3-8B, deep profile)")
+    p.add_argument("--grpo-generations", type=int, default=8, help="grpo: samples per prompt per update (paper: 8)")
+    p.add_argument("--grpo-max-tokens", type=int, default=8192,
+                   help="grpo: completion tokens per rollout and test answer (paper: the deep profile's 8,192)")
     p.add_argument("--budget", type=int, default=18000,
                    help="nominal search budget in scored calls (max_metric_calls); per-family-fpa gives each "
                         "family budget/4; MoP keeps its native (~1k) schedule and reports what it used")
@@ -61,9 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-lm", help="PUPA quality and leakage judges (default: --actor-lm)")
     p.add_argument("--external-lm", help="the untrusted external model behind the ask_external_llm tool "
                                          "(default: --reflection-lm)")
-    p.add_argument("--fast-lm", help="fast execution profile: router and 'fast' specialists (default: --actor-lm)")
+    p.add_argument("--fast-lm", help="fast execution profile: router and 'fast' specialists (default: --actor-lm "
+                                     "with the paper's fast settings, dspy_adaptive.profiles_from)")
     p.add_argument("--deep-lm", help="deep execution profile: fallback P0, 'deep' specialists and the "
-                                     "single-program baselines (default: --actor-lm)")
+                                     "single-program baselines (default: --actor-lm with the paper's deep settings)")
     p.add_argument("--embedder", help="MoP only: a dspy.Embedder model string; default a deterministic "
                                       "offline hashed TF-IDF embedding")
     p.add_argument("--data", default="hf", help="'hf' (Hugging Face hub) or a directory of local JSONL files "
@@ -82,13 +102,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--colbert-url", help="ColBERTv2 server url for the search tool")
     p.add_argument("--corpus", help="BM25 corpus JSONL (default <data dir>/hotpotqa_paragraphs.jsonl)")
     p.add_argument("--aime-attempts", type=int, default=AIME_ATTEMPTS, help="test attempts per AIME problem")
-    p.add_argument("--scripted", action="store_true",
-                   help="deterministic offline scripted LMs for every role (tests/CI; scores are meaningless)")
+    p.add_argument("--scripted", nargs="?", const="basic", default=None, choices=("basic", "skills"),
+                   help="deterministic offline scripted LMs for every role (tests/CI; scores are meaningless): "
+                        "'basic' (dspy_adaptive.testing.ScriptedWorld) or 'skills' (benchmarks.skill_world: "
+                        "specialists improve by skill levels, so branches form and merge)")
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help="a documented configuration; flags given explicitly still win. 'paper': the paper's main "
+                        "run (budget 18,000, seed 43, minibatch 24, K=5, merges after every accepted reflective "
+                        "proposal, cap counts accepted merges, every scoring invocation charged, k=1)")
+    p.add_argument("--merge-cap", type=int, default=PAPER_MERGE_CAP,
+                   help="AdaptiveGEPA max_merge_invocations (the paper does not state its cap; its main run "
+                        "accepted 26 merges)")
+    p.add_argument("--merge-cadence", type=int, default=1,
+                   help="accepted reflective proposals before a merge is due (paper/gepa: 1)")
+    p.add_argument("--merge-cap-counts", choices=("accepted", "attempts"), default="accepted",
+                   help="what --merge-cap counts (paper/gepa: accepted merges)")
+    p.add_argument("--merge-parent-copies", choices=("measure", "skip"), default="measure",
+                   help="a merged child identical to a parent: checked and charged (paper) or skipped unchecked")
+    p.add_argument("--reuse-scores", action="store_true",
+                   help="reuse (candidate, row) results instead of charging every scoring invocation (not the "
+                        "paper's accounting)")
+    p.add_argument("--max-concurrent-proposals", type=int, default=1,
+                   help="AdaptiveGEPA max_concurrent_proposals k (paper: sequential, 1)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
                    help="merge finished runs' results.json into one Table 2 (+ Table 4); writes --out/tables.md "
                         "when --out is given")
     return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the flags; a --preset supplies its values as defaults, so flags given explicitly still win."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.preset:
+        parser.set_defaults(**PRESETS[args.preset])
+        args = parser.parse_args(argv)
+    return args
 
 
 def parse_sizes(values: Sequence[str]) -> dict[str, tuple[int, int, int]] | None:
@@ -145,8 +195,8 @@ class Roles:
 def make_roles(args: argparse.Namespace, world: ScriptedWorld | None) -> Roles:
     if world is not None:
         from dspy_adaptive.testing import scripted_lm
-        actor = scripted_lm(world.actor, model="scripted/actor")
-        return Roles(actor, actor, scripted_lm(world.reflection, model="scripted/reflection"),
+        fast, deep = profiles_from(scripted_lm(world.actor, model="scripted/actor"))
+        return Roles(fast, deep, scripted_lm(world.reflection, model="scripted/reflection"),
                      scripted_lm(world.judge, model="scripted/judge"),
                      scripted_lm(world.external, model="scripted/external"))
     missing = [o for o in ("actor_lm", "reflection_lm") if getattr(args, o) is None]
@@ -154,8 +204,9 @@ def make_roles(args: argparse.Namespace, world: ScriptedWorld | None) -> Roles:
         raise SystemExit("missing " + ", ".join("--" + m.replace("_", "-") for m in missing)
                          + " (or use --scripted for an offline scripted run)")
     actor = make_lm(args.actor_lm, role="actor")
-    fast = make_lm(args.fast_lm, role="fast") if args.fast_lm else actor
-    deep = make_lm(args.deep_lm, role="deep") if args.deep_lm else actor
+    profiles = profiles_from(actor)          # paper Appendix B: thinking off/on, 0.3/0.6, 4,096/8,192 tokens
+    fast = make_lm(args.fast_lm, role="fast") if args.fast_lm else profiles.fast
+    deep = make_lm(args.deep_lm, role="deep") if args.deep_lm else profiles.deep
     reflection = make_lm(args.reflection_lm, role="reflection")
     judge = make_lm(args.judge_lm, role="judge") if args.judge_lm else actor
     external = make_lm(args.external_lm, role="external") if args.external_lm else reflection
@@ -203,6 +254,9 @@ def build_program(method: str, spec: Mapping[str, Any], ctx: Context, roles: Rol
                                    for f, src in spec["module_srcs"].items()})
     if method == "mop":
         return ProfileProgram(mop_from_spec(spec), roles.deep)
+    if method == "grpo":
+        from benchmarks.grpo import GRPOPolicy
+        return GRPOPolicy(spec["checkpoint"], max_new_tokens=spec.get("max_tokens", 8192))
     raise ValueError(method)
 
 
@@ -253,14 +307,20 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
                            reflection_minibatch_size=ctx.minibatch, num_threads=args.num_threads,
                            log_dir=str(search_dir), track_stats=True, seed=args.seed,
                            max_specialists=args.max_specialists, fast_lm=roles.fast, deep_lm=roles.deep,
-                           tools=ctx.tools, batch_sampler=FamilyBalancedSampler(), progress=ctx.progress)
+                           tools=ctx.tools, batch_sampler=FamilyBalancedSampler(), progress=ctx.progress,
+                           use_merge=True, max_merge_invocations=args.merge_cap, merge_cadence=args.merge_cadence,
+                           merge_cap_counts=args.merge_cap_counts, merge_parent_copies=args.merge_parent_copies,
+                           reuse_scores=args.reuse_scores, max_concurrent_proposals=args.max_concurrent_proposals)
         routed = opt.compile(SeedProgram(), trainset=mix.train, valset=mix.val)
         res = routed.detailed_results
         routed.close()
+        from dspy_adaptive.merge.census import budget_accounting
         payload = {"spec": {"library": routed.library.to_dict()}, "budget_used": res.total_metric_calls,
                    "extra": {"action_counts": res.action_counts, "best_idx": res.best_idx,
                              "best_val": res.val_aggregate_scores[res.best_idx],
-                             "candidates": len(res.candidates), "stop_reason": res.stop_reason}}
+                             "candidates": len(res.candidates), "stop_reason": res.stop_reason,
+                             "iterations": len(res.proposals), "merge_census": res.merge_census,
+                             "accounting": budget_accounting(res.budget["by_kind"])}}
     elif method == "gepa-fpa-all":
         run = run_gepa_fpa(trainset=mix.train, valset=mix.val, metric=ctx.metric, reflection_lm=roles.reflection,
                            max_metric_calls=args.budget, lm=roles.deep, tools=ctx.tools, pool=ctx.pool,
@@ -287,6 +347,21 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
             used += sub["budget_used"]
             extra[fam] = {"budget": per_budget, "used": sub["budget_used"], "best_val": sub["best_val"]}
         payload = {"spec": {"module_srcs": srcs}, "budget_used": used, "extra": {"per_family": extra}}
+    elif method == "grpo":
+        from benchmarks.grpo import require_grpo, run_grpo
+        require_grpo()
+        if not args.grpo_model:
+            raise SystemExit("--method grpo needs --grpo-model (open weights: a Hugging Face id or a local path)")
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(args.grpo_model)
+        model = AutoModelForCausalLM.from_pretrained(args.grpo_model)
+        run = run_grpo(model=model, tokenizer=tokenizer, trainset=mix.train, valset=mix.val, metric=ctx.metric,
+                       budget=args.budget, out_dir=search_dir, num_generations=args.grpo_generations,
+                       max_completion_length=args.grpo_max_tokens, seed=args.seed)
+        payload = {"spec": {"checkpoint": run.checkpoint, "max_tokens": args.grpo_max_tokens},
+                   "budget_used": run.metric_calls,
+                   "extra": {"updates": run.schedule.updates, "validation": run.validation,
+                             "best_step": run.best_step}}
     elif method == "mop":
         from benchmarks.baselines import DspyEmbedder
         run = run_mop(trainset=mix.train, valset=mix.val, metric=ctx.metric, reflection_lm=roles.reflection,
@@ -346,9 +421,11 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
 # =============================================================================================== main
 
 def config_of(args: argparse.Namespace, sizes: Any, minibatch: int) -> dict:
-    keys = ("method", "budget", "actor_lm", "reflection_lm", "judge_lm", "external_lm", "fast_lm", "deep_lm",
+    keys = ("method", "grpo_model", "grpo_generations", "grpo_max_tokens", "budget",
+            "actor_lm", "reflection_lm", "judge_lm", "external_lm", "fast_lm", "deep_lm",
             "embedder", "data", "seed", "max_specialists", "retrieval", "colbert_url", "corpus", "aime_attempts",
-            "scripted")
+            "scripted", "merge_cap", "merge_cadence", "merge_cap_counts", "merge_parent_copies", "reuse_scores",
+            "max_concurrent_proposals")
     cfg = {k: getattr(args, k) for k in keys}
     cfg["sizes"] = {f: list(v) for f, v in (sizes or {}).items()} or "paper"
     cfg["minibatch_size"] = minibatch
@@ -362,18 +439,34 @@ def load_data(args: argparse.Namespace, sizes: Any):
     return load_mixture("local", data_dir=args.data, seed=args.seed, sizes=sizes)
 
 
-def make_tools(args: argparse.Namespace, roles: Roles) -> dict[str, Callable]:
+def make_tools(args: argparse.Namespace, roles: Roles, mixture: Any = None,
+               out: Path | None = None) -> tuple[dict[str, Callable], dict[str, Any]]:
+    """The tools, and what the retrieval ran on (for Table 2's notes). Without --corpus, BM25 runs over every
+    paragraph of the loaded HotpotQA split (benchmarks.corpus), written to <out>/hotpotqa_corpus.jsonl."""
+    from benchmarks.corpus import CORPUS_FILE, gold_coverage, write_corpus
     from benchmarks.data import HOTPOTQA_CORPUS, default_data_dir
     from dspy_adaptive.tasks.programs import make_external_llm_tool
     from dspy_adaptive.tasks.retrieval import make_search_tool
-    corpus = args.corpus
+    corpus, source = args.corpus, "--corpus"
+    fams = mixture.families if mixture is not None else {}
+    paragraphs = fams["hotpotqa"].corpus if "hotpotqa" in fams else []
+    if corpus is None and paragraphs and out is not None:
+        corpus = str(write_corpus(paragraphs, out / CORPUS_FILE))
+        source = "every paragraph of the loaded HotpotQA split"
     if corpus is None:
         corpus = str((default_data_dir() if args.data == "hf" else Path(args.data)) / HOTPOTQA_CORPUS)
+        source = f"the {HOTPOTQA_CORPUS} sample"
     search = make_search_tool(args.retrieval, url=args.colbert_url, corpus_path=corpus)
-    return {"search": search, "ask_external_llm": make_external_llm_tool(roles.external)}
+    info: dict[str, Any] = {"backend": search.backend, "url": args.colbert_url}
+    if search.backend == "BM25Retriever":
+        rows = [json.loads(line) for line in Path(corpus).read_text(encoding="utf-8").splitlines() if line.strip()]
+        info.update(corpus=corpus, corpus_source=source, paragraphs=len(rows),
+                    gold_coverage=gold_coverage(rows, mixture.train + mixture.val + mixture.test) if mixture else None)
+    return {"search": search, "ask_external_llm": make_external_llm_tool(roles.external)}, info
 
 
 def run(args: argparse.Namespace) -> dict:
+    from benchmarks.corpus import retrieval_note
     from dspy_adaptive.analysis import write_labels
     from dspy_adaptive.sandbox import SandboxPool
     from dspy_adaptive.tasks.metrics import MixtureMetric
@@ -389,16 +482,19 @@ def run(args: argparse.Namespace) -> dict:
     mixture = load_data(args, sizes)
     for note in mixture.notes:
         print(f"[data] note: {note}")
-    minibatch = args.minibatch_size or min(DEFAULT_MINIBATCH, len(mixture.train))
+    minibatch = min(args.minibatch_size or DEFAULT_MINIBATCH, len(mixture.train))
     config = config_of(args, sizes, minibatch)
     config_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     phases = Phases(out, config_hash)
 
-    world = ScriptedWorld(mixture.train + mixture.val + mixture.test) if args.scripted else None
+    world = None
+    if args.scripted:
+        from benchmarks.skill_world import SkillWorld
+        world = (SkillWorld if args.scripted == "skills" else ScriptedWorld)(mixture.train + mixture.val + mixture.test)
     roles = make_roles(args, world)
     checker = _ifeval_checker()   # the real checkers are pure Python, so scripted runs use them too
     metric = MixtureMetric(judge_lm=roles.judge, ifeval_checker=checker)
-    tools = make_tools(args, roles)
+    tools, retrieval = make_tools(args, roles, mixture, out)
     pool = SandboxPool(max_workers=max(2, args.num_threads), timeout=60.0, memory_mb=1024,
                        max_predictor_calls=100, tool_names=tuple(tools))
     ctx = Context(args, out, mixture, roles, metric, tools, pool, minibatch, progress)
@@ -420,7 +516,8 @@ def run(args: argparse.Namespace) -> dict:
         "budget": {"nominal": args.budget, "used": search["budget_used"]},
         "config": config,
         "sizes": {f: list(s) for f, s in mixture.sizes().items()},
-        "notes": mixture.notes,
+        "notes": mixture.notes + [retrieval_note(retrieval)],
+        "retrieval": retrieval,
         "search": {k: v for k, v in search.items() if k != "spec"},
         "spec": search["spec"],
         "test": rows,
@@ -429,6 +526,8 @@ def run(args: argparse.Namespace) -> dict:
         results["routing"] = tables.routing_from_rows(rows)
     if args.method == "adaptive":
         results["action_counts"] = search["extra"].get("action_counts", {})
+        results["merge_census"] = search["extra"].get("merge_census", {})
+        results["accounting"] = search["extra"].get("accounting", {})
     summary = tables.summarize(results)
     results["summary"] = summary
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
@@ -465,7 +564,7 @@ def compare(dirs: Sequence[str], out: str | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")   # offline: litellm's bundled cost map
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     if args.compare:
         compare(args.compare, args.out)
         return 0

@@ -22,7 +22,8 @@ from dspy_adaptive.records import slot_label
 from dspy_adaptive.tasks import FAMILIES
 
 FAMILY_TITLES = {"hotpotqa": "HotpotQA", "aime": "AIME", "pupa": "PUPA", "livebench_if": "LB-IF"}
-METHOD_TITLES = {"seed": "Generic seed", "mop": "MoP", "gepa-fpa-all": "GEPA-FPA-ALL", "adaptive": "Adaptive-GEPA",
+METHOD_TITLES = {"seed": "Generic seed", "mop": "MoP", "grpo": "GRPO", "gepa-fpa-all": "GEPA-FPA-ALL",
+                 "adaptive": "Adaptive-GEPA",
                  "per-family-fpa": "Per-family GEPA-FPA (labels)"}
 ACTION_TITLES = {"activate": "Activate specialist", "rewrite_program": "Rewrite program",
                  "rewrite_router": "Rewrite router", "rewrite_description": "Rewrite description",
@@ -141,20 +142,51 @@ def table5(action_counts: Mapping[str, Mapping[str, int]]) -> str:
     return markdown_table(["Edit", "Proposed", "Accepted"], rows)
 
 
+def merges_and_accounting(results: Mapping[str, Any]) -> str:
+    """Beside Table 5: merge checks, passes and validations, the Table 10 classes of the accepted merges,
+    and the budget as the paper accounts it (Appendix L: validation + feedback scores = total)."""
+    c, a = results.get("merge_census") or {}, results.get("accounting") or {}
+    lines = []
+    if c:
+        lines += [markdown_table(["Merges", "Checks", "Check scores", "Passed", "Validated", "Parent copies checked",
+                                  "Parent copies skipped"],
+                                 [["Aligned merge", c["checks"], c["check_scores"], c["passed"], c["validated"],
+                                   c["parent_copies_checked"], c["parent_copies_skipped"]]]), "",
+                  "Accepted merges by Table 10 class: "
+                  + (", ".join(f"{k} {v}" for k, v in c["classes"].items() if v) or "none"), ""]
+    if a:
+        lines += [f"Scored calls as the paper accounts them: {a['validation']} validation "
+                  f"({a['full_validation']} full-validation + {a['merge_check']} merge-check) + {a['feedback']} "
+                  f"feedback = {a['total']}"]
+    return "\n".join(lines)
+
+
+def table2_notes(results_list: Sequence[Mapping[str, Any]]) -> str:
+    """Table 2's notes: which retriever ran (and the data notes), once per distinct note."""
+    notes = list(dict.fromkeys(n for res in results_list for n in res.get("notes", [])))
+    return "\n".join(f"- {n}" for n in notes)
+
+
 def render_run(results: Mapping[str, Any]) -> str:
     title = METHOD_TITLES.get(results.get("method"), results.get("method"))
     parts = [f"# {title}: test results", "", "## Table 2 — test score (×100)", "", table2([results]), ""]
+    if results.get("notes"):
+        parts += ["Notes:", "", table2_notes([results]), ""]
     if results.get("routing"):
         parts += ["## Table 4 — routing agreement (%) under a post-hoc majority-family mapping (test)", "",
                   table4([results]), "", "Executed-slot counts:", "", routing_counts(results), ""]
     if results.get("method") == "adaptive":
         parts += ["## Table 5 — proposed / accepted edits by action", "", table5(results.get("action_counts") or {}),
                   ""]
+        if results.get("merge_census") or results.get("accounting"):
+            parts += ["## Merges and budget accounting (Appendices H, L)", "", merges_and_accounting(results), ""]
     return "\n".join(parts)
 
 
 def render_compare(results_list: Sequence[Mapping[str, Any]]) -> str:
     parts = ["# Benchmark comparison", "", "## Table 2 — test score (×100)", "", table2(results_list), ""]
+    if any(res.get("notes") for res in results_list):
+        parts += ["Notes:", "", table2_notes(results_list), ""]
     if any(res.get("routing") for res in results_list):
         parts += ["## Table 4 — routing agreement (%) (test)", "", table4(results_list), ""]
     return "\n".join(parts)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dspy_adaptive.routed_program import RoutedProgram
 
 _RUN_FIELDS = ("origins", "proposals", "action_counts", "budget", "usage", "executed", "selected", "merge_events",
-               "stop_reason", "schedule", "faults")
+               "stop_reason", "schedule", "faults", "sandbox", "merge_census", "reproducibility")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterator
 
+from dspy_adaptive.profiles import declared_profile
 from dspy_adaptive.records import FALLBACK  # noqa: F401 - re-exported: slot id 0 names the fallback
 
 INACTIVE = "INACTIVE"
@@ -27,7 +28,12 @@ DEFAULT_ROUTER = (
 
 @dataclass(frozen=True)
 class Slot:
-    """One specialist slot: what it handles (description), how (program source), and its LM profile."""
+    """One specialist slot: what it handles (description), how (program source), and its LM profile.
+
+    A source may declare its profile itself (module-level `PROFILE = "fast" | "deep"`, paper Appendix B):
+    `activated` and `with_program` then store the declared one, so a program rewrite can change it, and
+    `RoutedProgram` runs a declared profile whatever the stored field says (`profiles.effective_profile`).
+    """
 
     description: str = INACTIVE
     program_source: str = ""
@@ -48,6 +54,7 @@ class Slot:
     def activated(self, description: str, program_source: str, profile: str) -> "Slot":
         if not description.strip() or description.strip() == INACTIVE:
             raise ValueError("An active slot needs a real description")
+        profile = declared_profile(program_source)[0] or profile
         return Slot(description=description.strip(), program_source=program_source, active=True, profile=profile)
 
     def deactivated(self) -> "Slot":
@@ -55,7 +62,8 @@ class Slot:
         return replace(self, active=False, description=INACTIVE)
 
     def with_program(self, program_source: str) -> "Slot":
-        return replace(self, program_source=program_source)
+        return replace(self, program_source=program_source,
+                       profile=declared_profile(program_source)[0] or self.profile)
 
     def with_description(self, description: str) -> "Slot":
         if not self.active:

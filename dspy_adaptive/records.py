@@ -59,6 +59,7 @@ FailureKind = Literal[
     "no_change",          # the edit produced a library identical to its parent
     "gate",               # the child did not strictly beat its parent on the minibatch
     "merge_gate",         # the merged child scored below the stronger parent on the gate rows
+    "merge_copy",         # the merged child was identical to a parent and dropped unchecked
 ]
 FAILURE_KINDS: tuple[str, ...] = get_args(FailureKind)
 #: Failures where the reflection LM call itself raised (counted as "failed reflections").

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from dspy_adaptive.library import Library
+from dspy_adaptive.merge.census import budget_accounting, merge_census
 from dspy_adaptive.records import ACTIONS, REFLECTION_ERRORS, ProposalRecord, RowResult, slot_label
 from dspy_adaptive.search.archive import Archive, Candidate
 from dspy_adaptive.untrusted import md_cell, md_fence, md_text
@@ -47,6 +48,8 @@ class AdaptiveGEPAResult:
     schedule: list[dict[str, Any]] = field(default_factory=list)   # sequential steps (perf analysis)
     faults: dict[str, Any] = field(default_factory=dict)            # failures the search absorbed
     sandbox: dict[str, Any] = field(default_factory=dict)           # IsolationReport.to_dict() of the run's pool
+    merge_census: dict[str, Any] = field(default_factory=dict)      # merge.census: checks, passes, Table 10
+    reproducibility: str = ""                                       # whether the seed fixes the run, and why
 
     @property
     def best_candidate(self) -> Library:
@@ -102,6 +105,8 @@ class AdaptiveGEPAResult:
             schedule=list(schedule),
             faults=fault_summary(records, row_results, state["lost_calls"]),
             sandbox=dict(sandbox or {}),
+            merge_census=merge_census(proposals),
+            reproducibility=state.get("reproducibility", ""),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -237,14 +242,30 @@ def sandbox_markdown(report: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+def _accounting_line(r: AdaptiveGEPAResult) -> str:
+    a = budget_accounting(r.budget["by_kind"])
+    return (f"- as the paper counts them (Appendix L): {a['validation']} validation scores ({a['full_validation']} "
+            f"full-validation + {a['merge_check']} merge-check) + {a['feedback']} feedback scores = {a['total']}")
+
+
+def _census_line(r: AdaptiveGEPAResult) -> str:
+    c = r.merge_census or merge_census(r.proposals)
+    classes = ", ".join(f"{k} {v}" for k, v in c["classes"].items() if v) or "none"
+    return (f"- merges: {c['checks']} checks ({c['check_scores']} scores), {c['passed']} passed and validated; "
+            f"parent copies checked {c['parent_copies_checked']}, skipped {c['parent_copies_skipped']}; "
+            f"accepted by Table 10 class: {classes}")
+
+
 def render_markdown(r: AdaptiveGEPAResult) -> str:
     best = r.best_candidate
     lines = ["# Adaptive-GEPA run", "",
              f"- candidates archived: {len(r.candidates)}; best: #{r.best_idx} with validation mean "
              f"{r.val_aggregate_scores[r.best_idx]:.4f} (seed #0: {r.val_aggregate_scores[0]:.4f})",
              f"- stopped: {r.stop_reason or 'n/a'}",
+             f"- reproducibility: {r.reproducibility or 'n/a'}",
              f"- scored calls: {r.budget['spent']} of {r.budget['max']} (overshoot {r.budget['overshoot']}); by kind: "
-             + ", ".join(f"{k} {v}" for k, v in r.budget["by_kind"].items() if v), "",
+             + ", ".join(f"{k} {v}" for k, v in r.budget["by_kind"].items() if v),
+             _accounting_line(r), _census_line(r), "",
              "## Proposals by action (accepted = passed the gate and entered the archive)", "",
              "| action | proposed | accepted |", "|---|---:|---:|"]
     lines += [f"| {md_cell(a)} | {c['proposed']} | {c['accepted']} |" for a, c in r.action_counts.items()]

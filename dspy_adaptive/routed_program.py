@@ -7,7 +7,8 @@ One call reads top to bottom:
     resolve  an answer that is not an active slot, cannot be parsed, or names a slot whose source
              fails the sandbox policy or does not compile resolves to the fallback (reason kept);
     execute  the fallback runs in this process (it is the user's trusted code, on the deep LM);
-             a specialist runs in a sandbox worker on its profile's LM, its predictor calls bridged
+             a specialist runs in a sandbox worker on its profile's LM (the `PROFILE` its source
+             declares, read statically, else the slot's stored profile), its predictor calls bridged
              back here so DSPy's trace records them. A runtime failure inside a compiled specialist
              is NOT rerouted: it raises `SpecialistRuntimeError` carrying the route. Every LM call
              runs under the configured adapter, its system message memoised per signature when
@@ -39,6 +40,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.formatting import lm_context
 from dspy_adaptive.library import FALLBACK, INACTIVE, Library
+from dspy_adaptive.profiles import declared_profile, effective_profile
 from dspy_adaptive.sandbox import (
     PredictorBridge,
     PredictorCache,
@@ -125,6 +127,17 @@ def _router_signature(input_names: tuple[str, ...], instructions: str) -> type[d
     fields["specialists"] = (str, dspy.InputField(desc="numbered descriptions of the available specialists"))
     fields["slot"] = (str, dspy.OutputField(desc="the number of the chosen specialist, or 0 for the fallback"))
     return dspy.Signature(fields, instructions)
+
+
+def _trace_memo_hit(router: dspy.Predict, inputs: dict[str, Any], answer: str | None) -> None:
+    """A memoised router decision still appears in DSPy's trace as the router's call, as an answer from the
+    LM's response cache would: the records (and what reflection reads) do not depend on what was memoised."""
+    trace = dspy.settings.trace
+    if trace is None or dspy.settings.max_trace_size <= 0:
+        return
+    if len(trace) >= dspy.settings.max_trace_size:
+        trace.pop(0)
+    trace.append((router, inputs, dspy.Prediction(slot=answer)))
 
 
 def normalise_tools(tools: Mapping[str, Callable] | Sequence[Callable] | None) -> dict[str, Callable]:
@@ -415,12 +428,13 @@ class RoutedProgram(dspy.Module, Parameter):
             return FALLBACK, None  # nothing to choose from: no router call is spent
         specialists = render_specialists(library)
         key = None
+        router = self._router_for(tuple(inputs))
         if self._route_memo is not None:
             key = (library.router, specialists, json.dumps(dict(inputs), sort_keys=True, default=str))
             hit = self._route_memo.get(key)
             if hit is not None:
+                _trace_memo_hit(router, {**inputs, "specialists": specialists}, hit[1])
                 return hit
-        router = self._router_for(tuple(inputs))
         try:
             with lm_context(self.lm_for("fast")), role("router"):
                 out = router(**inputs, specialists=specialists)
@@ -439,15 +453,20 @@ class RoutedProgram(dspy.Module, Parameter):
             return FALLBACK, None
         if selected not in self._library.active_ids():
             return FALLBACK, f"router chose slot {selected}, which is not an active specialist"
-        compiled = compile_program(self._library.slot(selected).program_source)
+        source = self._library.slot(selected).program_source
+        compiled = compile_program(source)
         if not compiled.ok:
             return FALLBACK, f"slot {selected}'s program does not compile: " + "; ".join(compiled.reasons)
+        _, problem = declared_profile(source)
+        if problem:
+            return FALLBACK, f"slot {selected}'s program declares no valid profile: {problem}"
         return selected, None
 
     def _run_specialist(self, k: int, inputs: dict, selected: int | None, answer: str | None):
         slot = self._library.slot(k)
         program = compile_program(slot.program_source).program
-        bridge = PredictorBridge(self._predictors, self.tools, self.lm_for(slot.profile), scope=k, label=f"slot{k}")
+        lm = self.lm_for(effective_profile(slot.program_source, slot.profile))   # its PROFILE, read statically
+        bridge = PredictorBridge(self._predictors, self.tools, lm, scope=k, label=f"slot{k}")
         try:
             fields = self.sandbox.run(program, dict(inputs), bridge)
         except SpecialistError as e:

@@ -35,7 +35,7 @@ from dspy_adaptive.compat import (
 from dspy_adaptive.data import InputError, Row, input_keys, make_rows
 from dspy_adaptive.detailed import DetailedResults
 from dspy_adaptive.library import Library
-from dspy_adaptive.merge.proposer import MergeProposer
+from dspy_adaptive.merge.proposer import MERGE_CAP_COUNTS, PARENT_COPY_POLICIES, MergeProposer
 from dspy_adaptive.reflection.external import ProposerReflector
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.results import AdaptiveGEPAResult, write_run_record
@@ -149,7 +149,8 @@ class AdaptiveGEPA(Teleprompter):
             parent library ("router", "slot<k>.description", "slot<k>.program"; an inactive slot's means
             activate it); the other strings ("all") are refused with a clear error.
         use_merge: propose merges of two branches that share an ancestor (footprint-aligned).
-        max_merge_invocations: most merges proposed in a run (None: no limit).
+        max_merge_invocations: the merge cap: most merges accepted in a run (as dspy.GEPA counts it), or
+            attempted with `merge_cap_counts="attempts"`; None: no limit.
         num_threads: threads that run evaluation rows in parallel (None: `dspy.settings.num_threads`).
         failure_score: the score of a failed rollout (the program raised) or a misbehaving metric.
         perfect_score: the score that counts as perfect for `skip_perfect_score`.
@@ -171,11 +172,27 @@ class AdaptiveGEPA(Teleprompter):
             (use_mlflow, mlflow_tracking_uri, mlflow_experiment_name, mlflow_attach_existing,
             wandb_attach_existing, tracking_key_prefix, display_progress_bar); any other raises a clear error.
         max_specialists: K, the number of specialist slots.
-        merge_cadence: accepted reflective proposals between two merges.
+        merge_cadence: a merge is due after this many accepted reflective proposals since the last merge
+            attempt and is tried at the next iteration (1, the default: after every accepted reflective
+            proposal, as gepa and the paper's run schedule merges); an iteration without an eligible pair
+            runs a reflective proposal instead and the merge stays due.
+        merge_cap_counts: what `max_merge_invocations` counts: "accepted" (merges that passed their check
+            and entered the archive; gepa 0.1.4 and the paper) or "attempts" (every merge checked).
+        merge_parent_copies: a merged child identical to one of its parents: "measure" (the paper: checked,
+            charged, and validated and archived if it passes, counting as any merge) or "skip" (dropped
+            before its check: no scored call, not an attempt, recorded with failure "merge_copy").
+        reuse_scores: reuse a result already measured for the same candidate content and row instead of
+            executing and charging it again. Default False: the paper's accounting, where every scoring
+            invocation (minibatch, validation, merge check) runs and is charged, so an identical candidate
+            is re-measured (the LM's own response cache may still answer its LM calls).
         alignment: how a merge aligns the weaker parent's specialists: "mutual_best" (the paper) or
             "hungarian" (maximum-weight assignment over footprint overlap).
         fast_lm: the LM of the "fast" profile; the router always uses it (None: the configured LM).
+            `fast_lm, deep_lm = dspy_adaptive.profiles_from(actor_lm)` builds both from one actor with the
+            paper's settings (Appendix B: thinking off/on, temperature 0.3/0.6, 4,096/8,192 tokens).
         deep_lm: the LM of the "deep" profile; the fallback always uses it (None: the configured LM).
+            A specialist runs on the profile its source declares (`PROFILE = "fast" | "deep"`), else on
+            the one chosen when its slot was activated.
         tools: functions specialists may call by name (a mapping name -> function, or a list of functions
             named by their `__name__`), e.g. a retrieval `search`.
         batch_sampler: `sampler(examples, size, rng) -> indices` drawing each reflection minibatch from the
@@ -183,6 +200,11 @@ class AdaptiveGEPA(Teleprompter):
         sandbox: limits for specialist programs (`SandboxSettings`).
         max_concurrent_proposals: k, reflective proposals in flight at once, sharing the evaluation threads;
             1 is exactly the sequential loop.
+        fold_order: with k > 1, "start" (default): proposals fold into the archive in the order they started
+            and every decision is taken at a point fixed by the seed, so a seeded run with an LM whose answers
+            depend only on the prompt ends the same at any k (with reuse_scores=False); "completion": they fold
+            as they complete and a stale parent stops a proposal at its next step (a little more throughput,
+            but the run then depends on thread timing).
         route_memo: during the search, memoise router decisions per (router, descriptions, request), as
             DSPy's LM cache would; the returned program does not memoise.
         max_idle_iterations: stop after this many iterations in a row that spend no scored call.
@@ -223,7 +245,10 @@ class AdaptiveGEPA(Teleprompter):
         gepa_kwargs: dict | None = None,
         # Adaptive-GEPA's own
         max_specialists: int = 5,
-        merge_cadence: int = 2,
+        merge_cadence: int = 1,
+        merge_cap_counts: str = "accepted",
+        merge_parent_copies: str = "measure",
+        reuse_scores: bool = False,
         alignment: str = "mutual_best",
         fast_lm: Any = None,
         deep_lm: Any = None,
@@ -231,6 +256,7 @@ class AdaptiveGEPA(Teleprompter):
         batch_sampler: BatchSampler | None = None,
         sandbox: SandboxSettings | None = None,
         max_concurrent_proposals: int = 1,
+        fold_order: str = "start",
         route_memo: bool = True,
         max_idle_iterations: int = 20,
         progress: bool = True,
@@ -282,6 +308,11 @@ class AdaptiveGEPA(Teleprompter):
                                                   or max_merge_invocations < 0):
             raise InputError(f"max_merge_invocations must be an integer >= 0 or None (no limit), "
                              f"got {max_merge_invocations!r}")
+        if merge_cap_counts not in MERGE_CAP_COUNTS:
+            raise InputError(f"merge_cap_counts must be one of {MERGE_CAP_COUNTS}, got {merge_cap_counts!r}")
+        if merge_parent_copies not in PARENT_COPY_POLICIES:
+            raise InputError(f"merge_parent_copies must be one of {PARENT_COPY_POLICIES}, "
+                             f"got {merge_parent_copies!r}")
         if failure_score > perfect_score:
             raise InputError(f"failure_score ({failure_score}) must not exceed perfect_score ({perfect_score})")
         if track_best_outputs and not track_stats:
@@ -306,6 +337,8 @@ class AdaptiveGEPA(Teleprompter):
         self.instruction_proposer, self.code_proposer = instruction_proposer, code_proposer
         self.failure_score = failure_score
         self.use_merge, self.max_merge_invocations, self.merge_cadence = use_merge, max_merge_invocations, merge_cadence
+        self.merge_cap_counts, self.merge_parent_copies = merge_cap_counts, merge_parent_copies
+        self.reuse_scores = reuse_scores
         self.alignment = alignment
         self.num_threads = num_threads
         self.log_dir, self.track_stats, self.seed = log_dir, track_stats, seed
@@ -328,6 +361,9 @@ class AdaptiveGEPA(Teleprompter):
         self.batch_sampler = batch_sampler or uniform_sampler
         self.sandbox_settings = sandbox or SandboxSettings()
         self.max_concurrent_proposals = max_concurrent_proposals
+        if fold_order not in ("start", "completion"):
+            raise InputError(f"fold_order must be 'start' or 'completion', got {fold_order!r}")
+        self.fold_order = fold_order
         self.route_memo = route_memo
         if not isinstance(max_idle_iterations, int) or max_idle_iterations < 1:
             raise InputError(f"max_idle_iterations must be an integer >= 1, got {max_idle_iterations!r}")
@@ -391,7 +427,9 @@ class AdaptiveGEPA(Teleprompter):
             minibatch_size=self.reflection_minibatch_size, skip_perfect_score=self.skip_perfect_score,
             perfect_score=self.perfect_score, seed=seed, use_merge=self.use_merge,
             max_merge_invocations=self.max_merge_invocations, merge_cadence=self.merge_cadence,
-            max_concurrent_proposals=self.max_concurrent_proposals, max_idle_iterations=self.max_idle_iterations)
+            merge_cap_counts=self.merge_cap_counts, merge_parent_copies=self.merge_parent_copies,
+            max_concurrent_proposals=self.max_concurrent_proposals, max_idle_iterations=self.max_idle_iterations,
+            fold_order=self.fold_order)
         s = self.sandbox_settings
         base = RoutedProgram(student, Library.empty(self.max_specialists), fast_lm=self.fast_lm,
                              deep_lm=self.deep_lm, tools=self.tools, input_names=input_keys(train))
@@ -413,7 +451,8 @@ class AdaptiveGEPA(Teleprompter):
         budget = Budget(max_calls, max_cost_usd=self.max_cost_usd, cost=meter.total_cost)
         evaluator = Evaluator(base, self.metric, budget, num_threads=num_threads, failure_score=self.failure_score,
                               keep_outputs=self.track_best_outputs,
-                              format_failure_feedback=self.add_format_failure_as_feedback)
+                              format_failure_feedback=self.add_format_failure_as_feedback,
+                              reuse_scores=self.reuse_scores)
         selector = self.component_selector if callable(self.component_selector) else None
         if self.instruction_proposer is not None or self.code_proposer is not None or selector is not None:
             reflector = ProposerReflector(self.reflection_lm, instruction_proposer=self.instruction_proposer,
@@ -445,7 +484,7 @@ class AdaptiveGEPA(Teleprompter):
             if tracker and failed:
                 tracker.finish(failed=True)
         best = engine.archive[engine.archive.best_index()]
-        result = AdaptiveGEPAResult.from_state(engine.state_dict(), row_results=evaluator.cache.values(),
+        result = AdaptiveGEPAResult.from_state(engine.state_dict(), row_results=evaluator.faulty,
                                                schedule=engine.schedule.to_list(), log_dir=self.log_dir,
                                                sandbox=sandbox_record(pool))
         routed = base.with_library(best.library)
@@ -483,7 +522,8 @@ class AdaptiveGEPA(Teleprompter):
             tracker.log_artifacts(Path(tmp))
 
     def _make_merger(self) -> MergeProposer | None:
-        return MergeProposer(alignment=self.alignment) if self.use_merge else None
+        return MergeProposer(alignment=self.alignment, parent_copies=self.merge_parent_copies) \
+            if self.use_merge else None
 
     def _resume(self, engine: SearchEngine, store: CheckpointStore, evaluator: Evaluator, meter: UsageMeter,
                 fingerprint: str) -> None:
@@ -496,10 +536,12 @@ class AdaptiveGEPA(Teleprompter):
         engine.load_state_dict(state)
         if state.get("seed") is not None and state["seed"] != engine.s.seed:   # seed=None: the run's own seed
             engine.s = dataclasses.replace(engine.s, seed=state["seed"])
-        cache, tags, dropped = store.load_evals(engine.committed)
-        evaluator.cache.update(cache)
+        entries, dropped = store.load_evals(engine.committed)
+        for _, key, res in entries:            # the latest result per (candidate, row), and every faulty call
+            evaluator.cache[(key, res.row_id)] = res
+            evaluator.note_fault(res)
         engine.lost_calls += dropped   # really spent, but by an iteration the interruption discarded
-        store.rewrite_evals(cache, tags)
+        store.rewrite_evals(entries)
         meter.restore(state.get("usage", {}))
 
     def _fingerprint(self, student: dspy.Module, train: Sequence[Row], val: Sequence[Row],
@@ -512,7 +554,7 @@ class AdaptiveGEPA(Teleprompter):
         # (seed=None draws a seed per compile: a rerun resumes with the run's own seed, kept in its state)
         skip = ("max_idle_iterations", "seed") if self.seed is None else ("max_idle_iterations",)
         config = {k: v for k, v in settings.to_dict().items() if k not in skip}
-        config.update(failure_score=self.failure_score, alignment=self.alignment)
+        config.update(failure_score=self.failure_score, alignment=self.alignment, reuse_scores=self.reuse_scores)
         if self.add_format_failure_as_feedback:   # (only when set: older runs keep their fingerprint)
             config["format_failure_feedback"] = True
         payload = {

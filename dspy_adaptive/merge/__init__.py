@@ -15,7 +15,14 @@ Provenance reasons (SlotProvenance.reason):
 from dspy_adaptive.merge.align import METHODS, Alignment, align
 from dspy_adaptive.merge.classify import CLASSES, classify_child
 from dspy_adaptive.merge.cleanup import cleanup
-from dspy_adaptive.merge.footprints import JaccardMatrix, footprints, jaccard, jaccard_matrix, selected_slots
+from dspy_adaptive.merge.footprints import (
+    JaccardMatrix,
+    footprints,
+    jaccard,
+    jaccard_matrix,
+    selected_slots,
+    unknown_rows,
+)
 from dspy_adaptive.merge.gate import gate_passes, select_gate_rows
 from dspy_adaptive.merge.inherit import (
     ANCESTOR_FRAMES,
@@ -43,6 +50,6 @@ __all__ = [
     "ANCESTOR_FRAMES", "CLASSES", "METHODS", "Alignment", "Decision", "JaccardMatrix", "LineageNode",
     "MergePair", "MergeResult", "ParentView", "RouterProvenance", "SlotProvenance", "aggregate_rule",
     "align", "classify_child", "cleanup", "components", "decide_pair", "eligible_pairs",
-    "find_merge_pair", "footprints", "gate_passes", "has_desirable_component", "index_merge",
+    "find_merge_pair", "footprints", "unknown_rows", "gate_passes", "has_desirable_component", "index_merge",
     "jaccard", "jaccard_matrix", "merge", "resolve_conflict", "select_gate_rows", "selected_slots",
 ]

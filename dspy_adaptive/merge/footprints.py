@@ -19,10 +19,13 @@ def footprints(library: Library, executed: Mapping[str, int | None],
                row_ids: Sequence[str]) -> Footprints | None:
     """`F_i` for every active slot `i` of `library` over the validation rows `row_ids`.
 
-    `executed[row_id]` is the slot that ran (0 = fallback). Returns None ("footprint missing") when
-    any row in `row_ids` has no record, its record is None, or the record names a slot that is not an
-    active slot of `library` (the record then cannot belong to this candidate). Records for rows outside
-    `row_ids` are ignored. Every active slot gets an entry, possibly an empty set.
+    `executed[row_id]` is the slot that ran (0 = fallback). A record of None means the route of that
+    row is unknown (e.g. the router call raised before any slot ran): the row is left out of every
+    footprint (`unknown_rows` lists such rows) and the others still count, so one router exception does
+    not cost a candidate its whole footprint. Returns None ("footprint missing") when any row in
+    `row_ids` has no record at all, or a record that is not a slot number, or names a slot that is not
+    an active slot of `library` (the records then cannot belong to this candidate). Records for rows
+    outside `row_ids` are ignored. Every active slot gets an entry, possibly an empty set.
     """
     active = set(library.active_ids())
     rows: dict[int, set[str]] = {k: set() for k in active}
@@ -30,7 +33,9 @@ def footprints(library: Library, executed: Mapping[str, int | None],
         if rid not in executed:
             return None
         slot = executed[rid]
-        if slot is None or isinstance(slot, bool) or not isinstance(slot, int):
+        if slot is None:
+            continue   # route unknown: no evidence either way (see unknown_rows)
+        if isinstance(slot, bool) or not isinstance(slot, int):
             return None
         if slot == FALLBACK:
             continue
@@ -38,6 +43,11 @@ def footprints(library: Library, executed: Mapping[str, int | None],
             return None
         rows[slot].add(rid)
     return {k: frozenset(v) for k, v in sorted(rows.items())}
+
+
+def unknown_rows(executed: Mapping[str, int | None], row_ids: Sequence[str]) -> list[str]:
+    """Rows of `row_ids` whose executed slot is recorded as unknown (None): left out of the footprints."""
+    return [rid for rid in row_ids if rid in executed and executed[rid] is None]
 
 
 def selected_slots(selected: Mapping[str, int | None]) -> frozenset[int]:

@@ -5,7 +5,10 @@ copied whole. Two modes:
 
 * aligned (`merge`, footprints of both parents known): base layout = the parent with the higher
   validation mean (the caller passes it as `base`); the other parent's specialists are aligned to it
-  (`align`); router from the base parent.
+  (`align`). Router: from the base parent when the other parent's live specialists are re-indexed or
+  dropped (its numeric references would be stale); when every one keeps its index
+  (`Alignment.preserves_indices`), the router is merged like any component (GEPA's rule: changed in
+  one parent only -> take it; changed in both -> aggregate rule), so the other parent's router can win.
 * index (`index_merge`, or `merge` when a footprint is missing): GEPA's per-component merge by slot
   index (gepa.proposer.merge.sample_and_attempt_merge_programs_by_common_predictors), router included.
 """
@@ -213,9 +216,11 @@ def merge(ancestor: Library, base: ParentView, other: ParentView, *, alignment: 
     """Align-and-merge (paper A.2). `base` must be the parent with the higher validation mean.
 
     Falls back to `index_merge` (fallback_reason="footprint_missing") if either footprint is None.
-    Child = base layout; router from base; per aligned pair `decide_pair`; placed specialists copied
-    into their free slot; unmatched base specialists and unassigned base slots stay as in the base;
-    dropped specialists are left out.
+    Child = base layout; per aligned pair `decide_pair`; placed specialists copied into their free slot;
+    unmatched base specialists and unassigned base slots stay as in the base; dropped specialists are
+    left out. Router (paper A.2): the base parent's when the other parent's live specialists were
+    re-indexed or dropped; when they all keep their indices, GEPA's component rule against the
+    ancestor's router (which may select the other parent's router).
     """
     if ancestor_frame not in ANCESTOR_FRAMES:
         raise ValueError(f"ancestor_frame must be one of {ANCESTOR_FRAMES}, got {ancestor_frame!r}")
@@ -245,6 +250,10 @@ def merge(ancestor: Library, base: ParentView, other: ParentView, *, alignment: 
         if s not in prov:
             reason = "base_unmatched" if base.library.slot(s).active else "base_layout"
             prov[s] = SlotProvenance(s, "base", s, reason, "base_only")
-    child = Library(router=base.library.router, slots=tuple(slots))
-    return MergeResult(child, tuple(prov[s] for s in range(1, k + 1)),
-                       RouterProvenance("base", "base_layout"), alignment, al, jm)
+    router = RouterProvenance("base", "base_layout")
+    if al.preserves_indices:
+        src, reason = _gepa_component(ancestor.router, base.library.router, other.library.router, base, other, rng)
+        router = RouterProvenance(src, reason)
+    libs = {"base": base.library, "other": other.library, "ancestor": ancestor}
+    child = Library(router=libs[router.source].router, slots=tuple(slots))
+    return MergeResult(child, tuple(prov[s] for s in range(1, k + 1)), router, alignment, al, jm)

@@ -24,7 +24,7 @@ from dspy_adaptive.library import Library
 from dspy_adaptive.merge.align import Alignment, align
 from dspy_adaptive.merge.classify import classify_child
 from dspy_adaptive.merge.cleanup import cleanup
-from dspy_adaptive.merge.footprints import footprints
+from dspy_adaptive.merge.footprints import footprints, unknown_rows
 from dspy_adaptive.merge.gate import gate_passes, select_gate_rows
 from dspy_adaptive.merge.inherit import ParentView, merge
 from dspy_adaptive.merge.lineage import LineageNode, MergePair, find_merge_pair, has_desirable_component
@@ -34,35 +34,63 @@ from dspy_adaptive.records import RowResult
 MergeCheck = Callable[[Library, Sequence[str]], Sequence[RowResult]]
 
 
+#: What `max_merge_invocations` counts: merges that passed their check and entered the archive
+#: ("accepted", as gepa 0.1.4 / dspy.GEPA count them and as the paper's run did) or every merge attempted
+#: (a pair found, merged and checked: "attempts").
+MERGE_CAP_COUNTS = ("accepted", "attempts")
+
+
 @dataclass(frozen=True)
 class MergeState:
-    """Merge bookkeeping kept in the search state: merges tried so far and accepted reflective proposals
-    since the last one (merges run every `merge_cadence` accepted proposals)."""
+    """Merge bookkeeping kept in the search state.
+
+    `invocations`: merges attempted (a pair was found, merged and the child checked); `accepted`: those
+    that passed the check and were validated and archived; `accepted_since`: accepted reflective
+    proposals since the last attempt (a merge is due every `merge_cadence` of them); `tried`: pairs
+    proposed so far (never proposed again); `copies_skipped`: merged children identical to a parent that
+    were dropped before their check (`merge_parent_copies="skip"`).
+    """
 
     invocations: int = 0
     accepted_since: int = 0
     tried: tuple[tuple[int, int], ...] = ()
+    accepted: int = 0
+    copies_skipped: int = 0
 
-    def due(self, max_invocations: int | None, cadence: int) -> bool:
-        """A merge is due after `cadence` accepted reflective proposals, while fewer than `max_invocations`
-        merges were proposed (None: no limit)."""
-        below = max_invocations is None or self.invocations < max_invocations
-        return below and self.accepted_since >= cadence
+    def due(self, max_invocations: int | None, cadence: int, counts: str = "accepted") -> bool:
+        """A merge is due after `cadence` accepted reflective proposals, while the cap holds: fewer than
+        `max_invocations` accepted merges (`counts="accepted"`) or attempts (`counts="attempts"`); None: no
+        limit."""
+        if counts not in MERGE_CAP_COUNTS:
+            raise ValueError(f"counts must be one of {MERGE_CAP_COUNTS}, got {counts!r}")
+        used = self.accepted if counts == "accepted" else self.invocations
+        return (max_invocations is None or used < max_invocations) and self.accepted_since >= cadence
 
     def started(self, parents: tuple[int, int]) -> "MergeState":
-        """A merge of `parents` was proposed (whatever its fate, the pair is not tried again)."""
-        return MergeState(self.invocations + 1, 0, self.tried + (tuple(sorted(parents)),))
+        """A merge of `parents` was proposed and checked (whatever its fate, the pair is not tried again)."""
+        return replace(self, invocations=self.invocations + 1, accepted_since=0,
+                       tried=self.tried + (tuple(sorted(parents)),))
+
+    def passed(self) -> "MergeState":
+        """The merge just started passed its check and entered the archive."""
+        return replace(self, accepted=self.accepted + 1)
+
+    def copy_skipped(self, parents: tuple[int, int]) -> "MergeState":
+        """A merge of `parents` built a copy of a parent and was dropped unchecked (not an attempt)."""
+        return replace(self, copies_skipped=self.copies_skipped + 1, tried=self.tried + (tuple(sorted(parents)),))
 
     def accepted_reflection(self) -> "MergeState":
         return replace(self, accepted_since=self.accepted_since + 1)
 
     def to_dict(self) -> dict[str, Any]:
         return {"invocations": self.invocations, "accepted_since": self.accepted_since,
-                "tried": [list(t) for t in self.tried]}
+                "tried": [list(t) for t in self.tried], "accepted": self.accepted,
+                "copies_skipped": self.copies_skipped}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MergeState":
-        return cls(int(d["invocations"]), int(d["accepted_since"]), tuple(tuple(t) for t in d["tried"]))
+        return cls(int(d["invocations"]), int(d["accepted_since"]), tuple(tuple(t) for t in d["tried"]),
+                   int(d.get("accepted", 0)), int(d.get("copies_skipped", 0)))
 
 
 @dataclass(frozen=True)
@@ -74,19 +102,39 @@ class MergeProposal:
     parents: tuple[int, int]          # the two parents, lower index first
     parent_libraries: tuple[Library, Library]
     gate_rows: tuple[str, ...]
-    child_sum: float
+    child_sum: float | None           # None: not checked (a parent copy dropped unchecked)
     parent_sums: tuple[float, float]  # in `parents` order
     details: dict[str, Any]
+    parent_copy: int | None = None    # the parent the child is content-identical to, if any
+
+    @property
+    def checked(self) -> bool:
+        return self.child_sum is not None
 
     @property
     def passed(self) -> bool:
-        return gate_passes(self.child_sum, *self.parent_sums)
+        return self.child_sum is not None and gate_passes(self.child_sum, *self.parent_sums)
+
+
+#: What a merge whose child is content-identical to a parent does: "measure" (the paper: it is checked,
+#: charged, and validated and archived if it passes, as any merge) or "skip" (dropped before its check:
+#: it costs no scored call and does not count as an attempt or against the cap).
+PARENT_COPY_POLICIES = ("measure", "skip")
 
 
 class MergeProposer:
-    def __init__(self, alignment: str = "mutual_best", gate_rows: int = 5):
+    """Args:
+        alignment: "mutual_best" (the paper) or "hungarian".
+        gate_rows: validation rows of the merge check (the paper: 5).
+        parent_copies: see PARENT_COPY_POLICIES.
+    """
+
+    def __init__(self, alignment: str = "mutual_best", gate_rows: int = 5, parent_copies: str = "measure"):
+        if parent_copies not in PARENT_COPY_POLICIES:
+            raise ValueError(f"parent_copies must be one of {PARENT_COPY_POLICIES}, got {parent_copies!r}")
         self.alignment = alignment
         self.gate_rows = gate_rows
+        self.parent_copies = parent_copies
 
     def propose(self, archive: Any, state: MergeState, rng: random.Random, check: MergeCheck) -> MergeProposal | None:
         """Draw an eligible pair not tried yet, merge it and run the gate check; None if no pair exists."""
@@ -102,16 +150,22 @@ class MergeProposer:
         views = [ParentView(c.library, c.val_mean, footprints(c.library, c.executed, archive.row_ids), c.scores)
                  for c in (base, other)]
         result = merge(anc.library, views[0], views[1], alignment=self.alignment, rng=rng)            # align, inherit
+        copy_of = next((c.index for c in (a, b) if c.library.content_hash == result.child.content_hash), None)
+        details: dict[str, Any] = {
+            "ancestor": anc.index, "base": base.index, "other": other.index, "method": result.method,
+            "merge": result.to_dict(), "parent_copy": copy_of,
+            "unknown_rows": {str(c.index): unknown_rows(c.executed, archive.row_ids) for c in (base, other)},
+        }
+        if copy_of is not None and self.parent_copies == "skip":
+            return MergeProposal(result.child, pair, (a.index, b.index), (a.library, b.library), (), None,
+                                 (0.0, 0.0), details, parent_copy=copy_of)
         gate_ids = select_gate_rows(a.scores, b.scores, rng, n=self.gate_rows)                       # gate
         child_sum = float(sum(r.score for r in check(result.child, gate_ids)))
         sum_a, sum_b = sum(a.scores[i] for i in gate_ids), sum(b.scores[i] for i in gate_ids)
-        details: dict[str, Any] = {
-            "ancestor": anc.index, "base": base.index, "other": other.index, "method": result.method,
-            "merge": result.to_dict(), "gate_rows": list(gate_ids),
-            "gate_sums": {"child": child_sum, str(a.index): sum_a, str(b.index): sum_b},
-        }
+        details.update(gate_rows=list(gate_ids), gate_sums={"child": child_sum, str(a.index): sum_a,
+                                                            str(b.index): sum_b})
         return MergeProposal(result.child, pair, (a.index, b.index), (a.library, b.library), gate_ids, child_sum,
-                             (sum_a, sum_b), details)
+                             (sum_a, sum_b), details, parent_copy=copy_of)
 
     @staticmethod
     def cleaned(proposal: MergeProposal, validation: Sequence[RowResult]) -> tuple[Library, dict[str, Any]]:

@@ -16,8 +16,10 @@ import dspy
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
+from dspy_adaptive.profiles import declared_profile
 from dspy_adaptive.records import ACTIONS, FailureKind, ProposalRecord, RowResult
 from dspy_adaptive.reflection import signatures as sig
+from dspy_adaptive.reflection.boundaries import for_program_rewrite
 from dspy_adaptive.reflection.traces import defang, render_history, render_slots, render_traces, render_usage
 from dspy_adaptive.routed_program import parse_slot_answer
 from dspy_adaptive.sandbox import compile_program
@@ -61,6 +63,8 @@ def program_contract(input_names: Sequence[str], output_names: Sequence[str], to
         f"- {ALLOWED} No files, processes, network, eval/exec, getattr tricks or names starting with an "
         "underscore: the sandbox rejects them.\n"
         f"- {tool_text}\n"
+        "- Optionally choose the LM profile the predictors run on with one module-level line, "
+        "PROFILE = \"fast\" (no extended thinking, cheaper) or PROFILE = \"deep\" (thinking on, more tokens).\n"
         "A complete, valid example to adapt:\n"
         "class Specialist(dspy.Module):\n"
         "    def __init__(self):\n"
@@ -105,10 +109,14 @@ def _rejected(action: str | None, slot: int | None, failure: FailureKind, reason
 
 def _check_source(action: str, slot: int | None, source: str) -> Edit | None:
     res = compile_program(source)
-    if res.ok:
+    reasons = list(res.reasons)
+    problem = declared_profile(source)[1]
+    if problem:
+        reasons.append(problem)
+    if res.ok and not problem:
         return None
     return _rejected(action, slot, "sandbox_rejected",
-                     "the new program was rejected by the sandbox: " + "; ".join(res.reasons), source)
+                     "the new program was rejected by the sandbox: " + "; ".join(reasons), source)
 
 
 class Reflector:
@@ -174,6 +182,8 @@ class Reflector:
         problem = self._validate_target(parent, action, slot)
         if problem:
             return _rejected(action, slot, "invalid_target", problem)
+        if action == "rewrite_program":   # Table 6: no sibling descriptions, not even inside the router's trace
+            traces = render_traces(rows, for_program_rewrite(results))
         try:
             return self._edit(parent, action, slot, traces)
         except Exception as e:

@@ -56,6 +56,10 @@ class Budget:
         """Why no new iteration may start (None: one may)."""
         if self.spent >= self.max_calls:
             return "budget exhausted"
+        return self.cost_stop_reason()
+
+    def cost_stop_reason(self) -> str | None:
+        """The cost limit's part of `stop_reason` (None: not set, or not reached)."""
         if self.max_cost_usd is not None:
             cost = self.cost()
             if cost >= self.max_cost_usd:

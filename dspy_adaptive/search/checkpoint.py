@@ -72,14 +72,15 @@ class CheckpointStore:
                                "release, or start a new log_dir.")
         return state
 
-    def load_evals(self, committed: set[int]) -> tuple[dict[tuple[str, str], RowResult], dict, int]:
-        """(cache, tag per cache key, number of dropped scored calls) from the eval log."""
-        cache: dict[tuple[str, str], RowResult] = {}
-        tags: dict[tuple[str, str], int] = {}
+    def load_evals(self, committed: set[int]) -> tuple[list[tuple[int, str, RowResult]], int]:
+        """(every committed scored call as (iteration, candidate hash, result), in log order; the number of
+        dropped scored calls) from the eval log. Every line counts: with the paper's accounting the same
+        candidate and row may have been scored several times, each a charged call."""
+        entries: list[tuple[int, str, RowResult]] = []
         dropped = 0
         path = self.dir / EVALS
         if not path.exists():
-            return cache, tags, dropped
+            return entries, dropped
         with open(path, encoding="utf-8") as f:
             for line in f:
                 try:
@@ -87,16 +88,14 @@ class CheckpointStore:
                 except json.JSONDecodeError:
                     break  # torn tail from a crash mid-append
                 if rec["iter"] in committed:
-                    res = RowResult.from_dict(rec["result"])
-                    cache[(rec["hash"], res.row_id)] = res
-                    tags[(rec["hash"], res.row_id)] = rec["iter"]
+                    entries.append((rec["iter"], rec["hash"], RowResult.from_dict(rec["result"])))
                 else:
                     dropped += 1
-        return cache, tags, dropped
+        return entries, dropped
 
-    def rewrite_evals(self, cache: dict[tuple[str, str], RowResult], tags: dict[tuple[str, str], int]) -> None:
-        """Compact the eval log to exactly the committed cache (drops uncommitted lines after a resume)."""
-        lines = [json.dumps({"iter": tags[key], "hash": key[0], "result": r.to_dict()}) for key, r in cache.items()]
+    def rewrite_evals(self, entries: list[tuple[int, str, RowResult]]) -> None:
+        """Rewrite the eval log to exactly the committed calls (drops uncommitted lines after a resume)."""
+        lines = [json.dumps({"iter": it, "hash": h, "result": r.to_dict()}) for it, h, r in entries]
         atomic_write_text(self.dir / EVALS, "".join(line + "\n" for line in lines))
 
     def append_eval(self, iteration: int, candidate_hash: str, result: RowResult) -> None:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextvars
 import random
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -55,8 +57,11 @@ class SearchSettings:
     history_size: int = 8
     use_merge: bool = False
     max_merge_invocations: int | None = 5   # None: no limit
-    merge_cadence: int = 2
+    merge_cadence: int = 1
+    merge_cap_counts: str = "accepted"       # what max_merge_invocations counts (merge.proposer.MERGE_CAP_COUNTS)
+    merge_parent_copies: str = "measure"     # merge.proposer.PARENT_COPY_POLICIES (read by the MergeProposer)
     max_concurrent_proposals: int = 1
+    fold_order: str = "start"                # k > 1: "start" (reproducible) or "completion" (see _run_concurrent)
     max_idle_iterations: int = 20
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,6 +95,9 @@ class SearchEngine:
         self._in_flight: InFlight | None = None   # set while concurrent proposals run
         self.observers = list(observers)          # called with (engine, record) after each recorded proposal
         self._usage_by_iteration: dict[int, dict[str, dict[str, float]]] = {}   # each proposal's own ledger
+        self._release: Release | None = None      # set while ordered concurrent proposals run
+        self._committed_spent: int | None = None  # ordered concurrency: scored calls of folded work only
+        self._pending_spend = 0                   # scored calls of the proposal being folded
         self._val_by_id = {r.id: r for r in self.val}
         evaluator.schedule = reflector.schedule = self.schedule
         if store is not None:
@@ -111,8 +119,16 @@ class SearchEngine:
         self._checkpoint()   # the saved state also says why the run stopped
         return self.archive
 
+    def _spent(self) -> int:
+        """Scored calls so far: the budget's count, or with ordered concurrency the calls of folded work only
+        (in-flight charges depend on timing; what folded does not)."""
+        return self.budget.spent if self._committed_spent is None else self._committed_spent
+
     def _should_continue(self) -> bool:
-        reason = self.budget.stop_reason()
+        if self._spent() >= self.budget.max_calls:   # (with ordered concurrency: folded work only)
+            self.stop_reason = "budget exhausted"
+            return False
+        reason = self.budget.cost_stop_reason()
         if reason is not None:
             self.stop_reason = reason
             return False
@@ -131,10 +147,55 @@ class SearchEngine:
             self._finish(record, bar)
 
     def _run_concurrent(self, bar) -> None:
+        if self.s.fold_order == "start":
+            self._run_concurrent_ordered(bar)
+        else:
+            self._run_concurrent_as_completed(bar)
+
+    def _run_concurrent_ordered(self, bar) -> None:
+        """Reproducible concurrency (fold_order="start"): up to k reflective proposals in flight, folded in the
+        order they started. Every decision is taken at a point fixed by the seed, not by thread timing: a
+        proposal starts (and a due merge runs) only when the oldest one folds, from the archive, RNG and
+        folded budget at that point; a running proposal decides whether it is stale only before its
+        validation, after every proposal started before it has folded. With an LM whose answers depend only
+        on the prompt and the paper's accounting (reuse_scores=False), a seeded run ends the same at any k."""
+        k = self.s.max_concurrent_proposals
+        in_flight = self._in_flight = InFlight(self.selector, k, self.archive)
+        release = self._release = Release()
+        self._committed_spent = self.budget.spent if not self.evaluator.reuse_scores else None
+        window: deque[tuple[Future, Job]] = deque()
+        try:
+            with ThreadPoolExecutor(max_workers=k, thread_name_prefix="adaptive-proposal") as pool:
+                while True:
+                    while len(window) < k and self._should_continue():
+                        self.iteration += 1
+                        record = self.merge_step() if self._merge_due() else None
+                        if record is not None:
+                            self._finish(record, bar)
+                            continue
+                        job = self._start_job()
+                        future = pool.submit(contextvars.copy_context().run, self._run_job, job, in_flight)
+                        in_flight.add(future, job)
+                        window.append((future, job))
+                    if not window:
+                        break
+                    future, job = window.popleft()
+                    release.upto(job.iteration)          # it may now decide on staleness, then validate
+                    out = future.result()
+                    in_flight.discard(future)
+                    self._finish(self._fold(out), bar)
+        finally:
+            release.upto(None)
+            self._in_flight = self._release = None
+            if self._committed_spent is not None:
+                self._committed_spent = None
+
+    def _run_concurrent_as_completed(self, bar) -> None:
         """Up to k live reflective proposals in flight, each with its own parent snapshot and minibatch,
-        sharing the evaluation threads; results fold into the archive as they complete. A proposal whose
-        parent a fold just pushed out is doomed: it stops at its next step and no longer holds one of the k
-        places, so a replacement from the new front starts at once (see `InFlight`)."""
+        sharing the evaluation threads; results fold into the archive as they complete (fold_order=
+        "completion": sooner, but a run depends on thread timing). A proposal whose parent a fold just
+        pushed out is doomed: it stops at its next step and no longer holds one of the k places, so a
+        replacement from the new front starts at once (see `InFlight`)."""
         k = self.s.max_concurrent_proposals
         in_flight = self._in_flight = InFlight(self.selector, k, self.archive)
         try:
@@ -164,6 +225,8 @@ class SearchEngine:
         usage = self._usage_by_iteration.pop(record.iteration, None)
         if usage is not None and not record.usage:
             record = replace(record, usage=usage)
+        if self._committed_spent is not None:
+            self._committed_spent = record.budget_at
         spent_before = self.proposals[-1].budget_at if self.proposals else self._seed_spent()
         self.idle_iterations = 0 if record.budget_at > spent_before else self.idle_iterations + 1
         self.proposals.append(record)
@@ -208,8 +271,16 @@ class SearchEngine:
     def _run_job_steps(self, job: Job, in_flight: InFlight | None = None) -> JobOutcome:
         """Run one proposal to its end. With concurrent proposals (`in_flight`), a job whose parent was
         pushed out stops before its next step instead of spending budget on it."""
+        release = self._release
+
         def stopped(step: str, committing: bool = False) -> str | None:
-            if in_flight is not None and in_flight.stale(job, committing=committing):
+            if in_flight is None:
+                return None
+            if release is not None:                  # ordered: decide only once every earlier proposal folded
+                if not committing:
+                    return None
+                release.wait_for(job.iteration)
+            if in_flight.stale(job, committing=committing):
                 return in_flight.stale_reason(job, step)
             return None
 
@@ -233,6 +304,7 @@ class SearchEngine:
 
     def _fold(self, out: JobOutcome) -> ProposalRecord:
         job, edit = out.job, out.edit
+        self._pending_spend = len(out.parent_results) + len(out.child_results or ()) + len(out.val_results or ())
         base = dict(iteration=job.iteration, parents=(job.parent.index,), minibatch=tuple(r.id for r in job.rows),
                     parent_sum=gate.score_sum(out.parent_results))
         if out.stopped is not None:
@@ -259,7 +331,7 @@ class SearchEngine:
 
     def add_to_archive(self, library: Library, parents: tuple[int, ...], origin: str,
                        results: Sequence[RowResult], iteration: int) -> Candidate:
-        cand = self.archive.add(library, parents, origin, results, self.budget.spent, iteration)
+        cand = self.archive.add(library, parents, origin, results, self._spent_at(), iteration)
         if self._in_flight is not None:
             self._in_flight.archive_changed(self.archive)
         return cand
@@ -276,16 +348,27 @@ class SearchEngine:
     # -- merges: the proposer proposes; the engine validates, archives and records ------------------------
     def _merge_due(self) -> bool:
         return (self.s.use_merge and self.merger is not None
-                and self.merge_state.due(self.s.max_merge_invocations, self.s.merge_cadence))
+                and self.merge_state.due(self.s.max_merge_invocations, self.s.merge_cadence,
+                                         self.s.merge_cap_counts))
 
     def merge_step(self) -> ProposalRecord | None:
         """One merge at the current iteration, or None (nothing spent) when no eligible pair exists."""
         proposal = self.merger.propose(self.archive, self.merge_state, self.rng, self._merge_check)  # pair..gate
         if proposal is None:
             return None
+        self._pending_spend = len(proposal.gate_rows) + (len(self.val) if proposal.passed else 0)
+        if not proposal.checked:    # a copy of a parent, dropped unchecked (merge_parent_copies="skip")
+            self.merge_state = self.merge_state.copy_skipped(proposal.parents)
+            return self._record(iteration=self.iteration, kind="merge", parents=proposal.parents, action="merge",
+                                slot=None, minibatch=(), parent_sum=None, child_sum=None, accepted=False,
+                                failure="merge_copy",
+                                reason=f"the merged child is identical to parent {proposal.parent_copy}; "
+                                       "dropped before its check",
+                                child_library=proposal.child, details=proposal.details)
         self.merge_state = self.merge_state.started(proposal.parents)
         child, details = None, proposal.details
         if proposal.passed:
+            self.merge_state = self.merge_state.passed()
             results = self.evaluator.evaluate(proposal.child, self.val, "validation", tag=self.iteration)  # validate
             library, details = self.merger.cleaned(proposal, results)                                  # cleanup
             child = self.add_to_archive(library, proposal.parents, "merge", results, self.iteration)  # archive
@@ -307,7 +390,14 @@ class SearchEngine:
         lib = child.library if child is not None else child_library
         return ProposalRecord(child_index=child.index if child is not None else None,
                               child_hash=lib.content_hash if lib is not None else None,
-                              budget_at=self.budget.spent, **fields)
+                              budget_at=self._spent_at(), **fields)
+
+    def _spent_at(self) -> int:
+        """The budget count to record for the work being folded: with ordered concurrency, the folded count
+        plus this proposal's own scored calls (so records do not depend on what else was in flight)."""
+        if self._committed_spent is None:
+            return self.budget.spent
+        return self._committed_spent + self._pending_spend
 
     def state_dict(self) -> dict[str, Any]:
         """The committed search state, as `state.json` holds it (and `AdaptiveGEPAResult.from_state` reads it)."""
@@ -319,8 +409,17 @@ class SearchEngine:
             "committed": sorted(self.committed), "lost_calls": self.lost_calls,
             "idle_iterations": self.idle_iterations,
             "val_ids": [r.id for r in self.val], "max_calls": self.budget.max_calls, "seed": self.s.seed,
-            "stop_reason": self.stop_reason,
+            "stop_reason": self.stop_reason, "reproducibility": self.reproducibility(),
         }
+
+    def reproducibility(self) -> str:
+        """Whether the seed fixes this run (given an LM whose answers depend only on the prompt), and why."""
+        k = self.s.max_concurrent_proposals
+        if k > 1 and self.s.fold_order != "start":
+            return f"not fixed by the seed: k={k} proposals fold as they complete (fold_order='completion')"
+        if k > 1 and self.evaluator.reuse_scores:
+            return f"not fixed by the seed: k={k} with reuse_scores=True (what is charged depends on timing)"
+        return f"fixed by the seed (k={k}" + (", proposals folded in start order)" if k > 1 else ")")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = state["iteration"]
@@ -336,6 +435,25 @@ class SearchEngine:
     def _checkpoint(self) -> None:
         if self.store is not None:
             self.store.commit(self.state_dict())
+
+
+class Release:
+    """Ordered concurrency: the main loop releases proposals in start order; a proposal waits for its turn
+    before the one decision that depends on the archive as folded so far (staleness before validation)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._upto: float = -1
+
+    def upto(self, iteration: int | None) -> None:
+        """Proposals with iteration <= `iteration` may go on (None: all, when the loop ends)."""
+        with self._cond:
+            self._upto = float("inf") if iteration is None else max(self._upto, iteration)
+            self._cond.notify_all()
+
+    def wait_for(self, iteration: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._upto >= iteration)
 
 
 def _rng_to_json(state: tuple) -> list:

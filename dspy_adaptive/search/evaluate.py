@@ -1,10 +1,18 @@
 """Run step: execute a candidate library on rows, score each with the metric, record everything.
 
 Each row is scored by `dspy_adaptive.scoring.score_example` (the package's one scoring function). One
-scored call = one program run on one example plus its metric. Results are cached by
-(candidate content hash, row id): an unchanged candidate is never re-run or re-charged for a row
-it already has. Rows run on a thread pool; results come back in row order, so a deterministic LM
-gives the same results for any `num_threads`.
+scored call = one program run on one example plus its metric.
+
+Accounting (paper Appendix L): by default every scoring invocation is executed and charged, also for a
+candidate and row scored before: a candidate identical to an archived one is re-measured and may score
+differently (the paper's candidates 73 and 74). The LM's own response cache (DSPy's, when the LM has it
+on) may still answer the LM calls inside; the invocation is charged all the same. `reuse_scores=True`
+is the explicit alternative: results are then reused by (candidate content hash, row id), so an
+unchanged candidate is never re-run or re-charged for a row it already has.
+
+Either way `cache` keeps the latest result per (content hash, row id), for the run record and resume.
+Rows run on a thread pool; results come back in row order, so a deterministic LM gives the same
+results for any `num_threads`.
 
 DSPy callbacks (`dspy.configure(callbacks=[...])`, e.g. `mlflow.dspy.autolog()`) see every evaluation as a
 `dspy.Evaluate` run, as dspy.GEPA's are: full validations carry `callback_metadata={"metric_key": "eval_full"}`,
@@ -32,12 +40,18 @@ from dspy_adaptive.search.budget import Budget
 
 
 class Evaluator:
-    """Runs a candidate library through the RoutedProgram on rows and scores them."""
+    """Runs a candidate library through the RoutedProgram on rows and scores them.
+
+    Args:
+        reuse_scores: reuse a result already measured for the same (content hash, row id) instead of
+            executing and charging the row again (default False: the paper's accounting, every scoring
+            invocation executed and charged).
+    """
 
     def __init__(self, base: RoutedProgram, metric: Callable, budget: Budget, *, num_threads: int = 1,
                  failure_score: float = 0.0, cache: dict[tuple[str, str], RowResult] | None = None,
                  on_new_result: Callable[[int, str, RowResult], None] | None = None, keep_outputs: bool = False,
-                 format_failure_feedback: bool = False):
+                 format_failure_feedback: bool = False, reuse_scores: bool = False):
         self.base = base
         self.keep_outputs = keep_outputs                          # whole outputs (track_best_outputs)
         self.format_failure_feedback = format_failure_feedback    # add_format_failure_as_feedback
@@ -46,6 +60,8 @@ class Evaluator:
         self.failure_score = failure_score
         self.cache = cache if cache is not None else {}
         self.on_new_result = on_new_result
+        self.reuse_scores = reuse_scores
+        self.faulty: list[RowResult] = []   # every scored call that failed, or whose metric or router misbehaved
         self.num_threads = max(1, num_threads)
         self._pool = ThreadPoolExecutor(max_workers=self.num_threads, thread_name_prefix="adaptive-eval") \
             if self.num_threads > 1 else None
@@ -57,8 +73,9 @@ class Evaluator:
             self._pool.shutdown(wait=True)
 
     def evaluate(self, library: Library, rows: Sequence[Row], kind: BudgetKind, tag: int = 0) -> tuple[RowResult, ...]:
-        """Results for `rows` in order; uncached rows are executed in parallel and charged to `kind`.
-        `tag` (the iteration) goes to the eval log so a resume can tell committed work from lost work."""
+        """Results for `rows` in order, executed in parallel and charged to `kind` (with `reuse_scores`, only
+        the rows without a result for this content yet). `tag` (the iteration) goes to the eval log so a
+        resume can tell committed work from lost work."""
         if dspy.settings.callbacks:   # DSPy callbacks see this evaluation as a dspy.Evaluate run
             run = _CallbackEvaluate(self, library, rows, kind, tag)
             run(self.base.with_library(library), callback_metadata=callback_metadata(kind))
@@ -67,8 +84,18 @@ class Evaluator:
 
     def _evaluate(self, library: Library, rows: Sequence[Row], kind: BudgetKind, tag: int = 0) -> tuple[RowResult, ...]:
         key = library.content_hash
+        if not self.reuse_scores:
+            return self._execute(library, key, list(rows), kind, tag)
         with self._lock:
             todo = [r for r in rows if (key, r.id) not in self.cache]
+        if todo:
+            self._execute(library, key, todo, kind, tag)
+        with self._lock:
+            return tuple(self.cache[(key, r.id)] for r in rows)
+
+    def _execute(self, library: Library, key: str, todo: list[Row], kind: BudgetKind,
+                 tag: int) -> tuple[RowResult, ...]:
+        """Run and charge every row of `todo` (in order); remember each result as the latest for its key."""
         if todo:
             program = self.base.with_library(library)
             t0 = time.perf_counter()
@@ -80,8 +107,16 @@ class Evaluator:
             with self._lock:
                 for res in fresh:
                     self.cache[(key, res.row_id)] = res
-        with self._lock:
-            return tuple(self.cache[(key, r.id)] for r in rows)
+            for res in fresh:
+                self.note_fault(res)
+            return tuple(fresh)
+        return ()
+
+    def note_fault(self, res: RowResult) -> None:
+        """Keep a scored call the run record's fault summary counts (each call, re-measurements included)."""
+        if res.error or res.metric_note or res.router_unparsed:
+            with self._lock:
+                self.faulty.append(res)
 
     def _map(self, fn: Callable[[Row], RowResult], rows: list[Row]) -> list[RowResult]:
         if self._pool is None or len(rows) == 1:

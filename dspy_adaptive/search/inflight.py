@@ -68,6 +68,13 @@ class InFlight:
     def add(self, future: Future, job: Job) -> None:
         self._jobs[future] = job
 
+    def discard(self, future: Future) -> None:
+        """A job the main loop folded itself (ordered concurrency waits on its own futures)."""
+        job = self._jobs.pop(future, None)
+        if job is not None:
+            with self._lock:
+                self._validating.discard(job.iteration)
+
     def has_room(self) -> bool:
         """Another job may start: fewer than k live jobs, and fewer than 2k jobs in all."""
         jobs = list(self._jobs.values())

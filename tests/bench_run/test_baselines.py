@@ -99,3 +99,37 @@ def test_the_fpa_sandbox_note_lists_the_policy_allow_list():
 
     listed = re.search(r"Allowed imports: (.*?) -- ", SANDBOX_NOTE).group(1)
     assert [m.strip() for m in listed.split(",")] == list(ALLOWED_MODULES)
+
+
+def test_mop_keeps_region_demos_for_gold_families_and_induces_instructions_ape_style():
+    """Issue 15 item 7 (paper Appendix D): demonstrations from each region's requests that have a gold output
+    string (HotpotQA, AIME), none from PUPA / LiveBench-IF; APE induction reads input -> output pairs;
+    the joint search scores every (instruction, demos) pair on the region's validation rows."""
+    from benchmarks.baselines import demo_output, run_mop
+    from benchmarks.data import load_mixture
+    from dspy_adaptive.tasks import FAMILIES
+    from dspy_adaptive.tasks.metrics import MixtureMetric
+    from dspy_adaptive.testing import ScriptedWorld
+    from tests.conftest import SHARED_DATA
+
+    mix = load_mixture("local", data_dir=SHARED_DATA, seed=43, sizes=dict.fromkeys(FAMILIES, (4, 3, 1)))
+    world = ScriptedWorld(mix.train + mix.val + mix.test)
+    refl = scripted_lm(world.reflection, model="scripted/reflection")
+    actor = scripted_lm(world.actor, model="scripted/actor")
+    judge = scripted_lm(world.judge, model="scripted/judge")
+    from dspy_adaptive.tasks.ifeval import evaluate_instructions
+    run = run_mop(trainset=mix.train, valset=mix.val, metric=MixtureMetric(judge_lm=judge,
+                  ifeval_checker=evaluate_instructions), reflection_lm=refl, lm=actor, num_threads=2, progress=False)
+    gold_requests = {ex.request: demo_output(ex) for ex in mix.train if demo_output(ex) is not None}
+    assert gold_requests and all(ex.family in ("hotpotqa", "aime") for ex in mix.train
+                                 if demo_output(ex) is not None)
+    for cluster, demos in zip(run.details["clusters"], run.spec["demos"]):
+        assert all(gold_requests.get(d["request"]) == d["response"] for d in demos)   # gold strings only
+        n_demo_sets = 2 if cluster["gold_demos"] else 1
+        assert len(cluster["candidates"]) == n_demo_sets * len({c["instruction"] for c in cluster["candidates"]})
+    assert any(c["gold_demos"] for c in run.details["clusters"])
+    assert run.metric_calls == sum(c["val"] * len(c["candidates"]) for c in run.details["clusters"])
+    ape = [c.prompt for c in refl.scripted.calls] if hasattr(refl.scripted, "calls") else refl.scripted.prompts()
+    assert any("Input:" in p and "Output:" in p for p in ape)                          # input -> gold output
+    prog = mop_from_spec(run.spec)
+    assert [len(e.demos) for e in prog.experts] == [len(d) for d in run.spec["demos"]]

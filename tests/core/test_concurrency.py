@@ -181,3 +181,47 @@ def test_stale_jobs_stop_without_archiving_or_validating(strategy):
     archived = [p["child_index"] for p in res.proposals if p["child_index"] is not None]
     assert sorted(archived) == list(range(1, len(res.candidates)))
     assert res.budget["by_kind"]["validation"] == 8 * len(archived)   # no validation was paid for a stale job
+
+
+# -- reproducibility at any k (issue 15 item 11) ------------------------------------------------------------
+
+def _jittered_run(k, seed_jitter, fold_order="start", budget=200):
+    """A run whose LM answers depend only on the prompt but whose calls take a random time, so threads
+    finish in a different order every run."""
+    import random
+    import time
+
+    from dspy_adaptive.testing import scripted_lm
+
+    jitter = random.Random(seed_jitter)
+
+    def respond(call):
+        time.sleep(jitter.uniform(0, 0.004))
+        return toy.actor_respond(call)
+
+    train, val = toy.make_examples(4), toy.make_examples(4, offset=100)
+    with dspy.context(lm=scripted_lm(respond, model="scripted/jittery")):
+        opt = AdaptiveGEPA(toy.metric, reflection_lm=toy.reflection_lm(vary=True), max_metric_calls=budget,
+                           reflection_minibatch_size=4, seed=5, use_merge=True, track_stats=True, progress=False,
+                           num_threads=4, max_concurrent_proposals=k, fold_order=fold_order,
+                           candidate_selection_strategy="pareto")
+        return opt.compile(dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
+
+
+def _signature(res):
+    return ([lib.content_hash for lib in res.libraries], res.val_subscores, res.discovery_eval_counts, res.budget,
+            [(p["iteration"], p["kind"], p["action"], p["parents"], p["minibatch"], p["accepted"], p["failure"],
+              p["budget_at"], p["child_hash"]) for p in res.proposals])
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_a_seeded_run_is_reproducible_at_any_k(k):
+    runs = [_signature(_jittered_run(k, seed_jitter=j)) for j in range(3)]
+    assert runs[0] == runs[1] == runs[2]
+    assert runs[0][3]["spent"] >= runs[0][3]["max"] and len(runs[0][4]) >= 4
+
+
+def test_the_run_record_says_whether_the_seed_fixes_the_run():
+    assert run(2).reproducibility.startswith("fixed by the seed (k=2")
+    assert run(2, fold_order="completion").reproducibility.startswith("not fixed by the seed")
+    assert run(1).reproducibility == "fixed by the seed (k=1)"

@@ -42,7 +42,7 @@ def test_merge_reslots_cleans_up_and_keeps_measured_scores():
         spent = budget.spent
         record = engine.merge_step()
     assert record is not None and record.kind == "merge" and record.accepted and record.failure is None
-    assert engine.merge_state == MergeState(invocations=1, accepted_since=0, tried=((1, 2),))
+    assert engine.merge_state == MergeState(invocations=1, accepted_since=0, tried=((1, 2),), accepted=1)
     assert budget.report().by_kind["merge_check"] == 5 and len(record.minibatch) == 5
     child = engine.archive[record.child_index]
     roles = {child.library.slot(k).description: k for k in child.library.active_ids()}
@@ -56,7 +56,9 @@ def test_merge_reslots_cleans_up_and_keeps_measured_scores():
     measured = {rid: res.score for (h, rid), res in evaluator.cache.items() if h == measured_hash}
     assert child.scores == measured and len(measured) == len(val)
     assert child.library.content_hash == record.child_hash != measured_hash
-    assert budget.spent == spent + len(val)   # 5 gate rows + the other rows; gate rows are not re-charged
+    # the paper's accounting (Appendix L): 5 merge-check scores, then a full validation that re-runs and
+    # charges every row, the 5 gate rows included (with reuse_scores=True they would not be re-charged)
+    assert budget.spent == spent + 5 + len(val)
 
 
 def test_the_proposer_proposes_and_never_touches_the_archive():
@@ -89,3 +91,53 @@ def test_the_proposer_proposes_and_never_touches_the_archive():
         assert proposal.child_sum >= max(proposal.parent_sums)
         # a pair already tried is not proposed again
         assert MergeProposer().propose(archive, MergeState().started((2, 1)), random.Random(0), check) is None
+
+
+def _copy_engine(parent_copies: str, monkeypatch):
+    """Seed, a (arith specialist) and b (arith + reversal): their aligned merge rebuilds b exactly. (GEPA's
+    dominator filter would drop a, whose only win, the 'revel' row b misroutes, it shares with the seed;
+    the pair is made a merge candidate here so the test is about what a copy costs.)"""
+    import dspy_adaptive.merge.proposer as proposer_module
+    monkeypatch.setattr(proposer_module, "find_dominator_programs", lambda fronts, scores: list(range(len(scores))))
+    lm = toy.scripted_lm(toy.router3_respond)
+    val = make_rows(toy.make_examples3(3, offset=100), "valset")
+    base = RoutedProgram(dspy.Predict("question -> answer"), Library.empty(3), fast_lm=lm, deep_lm=lm)
+    budget = Budget(10_000)
+    evaluator = Evaluator(base, toy.metric, budget)
+    engine = SearchEngine(settings=SearchSettings(use_merge=True, merge_parent_copies=parent_copies),
+                          seed_library=Library.empty(3), train=val, val=val, evaluator=evaluator,
+                          reflector=Reflector(lm, input_names=("question",), output_names=("answer",)),
+                          selector=ParetoSelector(), sampler=uniform_sampler, budget=budget, meter=UsageMeter(),
+                          store=None, fingerprint="test", merger=MergeProposer(parent_copies=parent_copies))
+    seed = Library.empty(3)
+    a = seed.with_slot(1, Slot().activated(toy.ARITH_DESCRIPTION, toy.ADD_SOURCE, "fast"))
+    b = a.with_slot(2, Slot().activated(toy.REV_DESCRIPTION, toy.REV_SOURCE, "fast"))
+    with dspy.context(lm=lm):
+        for lib, parents in ((seed, ()), (a, (0,)), (b, (0,))):
+            engine.add_to_archive(lib, parents, "test", evaluator.evaluate(lib, val, "validation"), 0)
+    return engine, lm, budget, b, len(val)
+
+
+def test_a_merge_that_copies_a_parent_is_measured_and_charged_by_default(monkeypatch):
+    """Issue 15 item 10: with the paper's accounting a copy is re-measured and charged, and when it passes
+    it is archived (as the paper's 13 identical children were) and classified identical_to_parent."""
+    engine, lm, budget, b, n_val = _copy_engine("measure", monkeypatch)
+    spent = budget.spent
+    with dspy.context(lm=lm):
+        record = engine.merge_step()
+    assert record.details["parent_copy"] == 2 and record.child_hash == b.content_hash
+    assert record.accepted and record.details["classification"] == "identical_to_parent"
+    assert budget.spent == spent + 5 + n_val                     # 5 check scores + a full validation
+    assert engine.merge_state.invocations == 1 and engine.merge_state.accepted == 1
+
+
+def test_a_merge_that_copies_a_parent_can_be_skipped_before_its_check(monkeypatch):
+    engine, lm, budget, b, _ = _copy_engine("skip", monkeypatch)
+    spent = budget.spent
+    with dspy.context(lm=lm):
+        record = engine.merge_step()
+    assert record.kind == "merge" and not record.accepted and record.failure == "merge_copy"
+    assert record.details["parent_copy"] == 2 and record.minibatch == ()
+    assert budget.spent == spent                                  # nothing scored
+    assert engine.merge_state.invocations == 0 and engine.merge_state.copies_skipped == 1
+    assert engine.merge_state.tried == ((1, 2),)

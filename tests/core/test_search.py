@@ -77,13 +77,28 @@ def test_budget_rule_and_counts_add_up(data):
     assert res.budget["overshoot"] <= per_iteration_max
 
 
-def test_unchanged_candidate_is_never_recharged(data):
+def test_with_reuse_scores_an_unchanged_candidate_is_never_recharged(data):
+    train, val = data
+    res = optimizer(toy.reflection_lm(program_source=toy.WRONG_SOURCE), max_metric_calls=60,
+                    reflection_minibatch_size=8, reuse_scores=True).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
+    # the seed is the only parent; after its first minibatch over all 8 train rows it is fully cached
+    assert res.budget["by_kind"]["parent_minibatch"] == len(train)
+
+
+def test_by_default_every_scoring_invocation_is_executed_and_charged(data):
+    """Issue 15 item 3: the paper's accounting. The same parent on the same minibatch is re-run and
+    charged every iteration, and the total is exactly the sum of what each proposal spent."""
     train, val = data
     res = optimizer(toy.reflection_lm(program_source=toy.WRONG_SOURCE), max_metric_calls=60,
                     reflection_minibatch_size=8).compile(dspy.Predict("question -> answer"), trainset=train,
                                                          valset=val).detailed_results
-    # the seed is the only parent; after its first minibatch over all 8 train rows it is fully cached
-    assert res.budget["by_kind"]["parent_minibatch"] == len(train)
+    reflective = [p for p in res.proposals if p["kind"] in ("reflect", "skip")]
+    assert len(reflective) >= 3
+    assert res.budget["by_kind"]["parent_minibatch"] == len(reflective) * len(train)
+    by_kind = res.budget["by_kind"]
+    assert res.total_metric_calls == sum(by_kind.values())
+    assert by_kind["seed_validation"] == len(val)
 
 
 def test_reflection_never_sees_validation_rows_or_labels(data):
@@ -120,6 +135,39 @@ def test_action_selection_and_program_rewrite_respect_table6(data):
     assert "class Adder" not in select_prompt and sibling_marker not in select_prompt   # no source at all
     assert "class Adder" in rewrite_prompt                                             # its own source
     assert sibling_marker not in rewrite_prompt and "Other things" not in rewrite_prompt  # no siblings
+
+
+def test_program_rewrite_reads_no_sibling_description_through_a_real_routed_trace(data, actor):
+    """Issue 15 item 5: records from a real RoutedProgram run (Evaluator -> score_example with DSPy's
+    trace) hold the router's call, whose input lists every active description. The action selector may
+    read them; the program rewrite of slot 1 must not see slot 2's description anywhere."""
+    train, _ = data
+    from dspy_adaptive.data import make_rows
+    from dspy_adaptive.library import Library, Slot
+    from dspy_adaptive.reflection.propose import Reflector
+    from dspy_adaptive.reflection.traces import render_traces
+    from dspy_adaptive.routed_program import RoutedProgram
+    from dspy_adaptive.search.budget import Budget
+    from dspy_adaptive.search.evaluate import Evaluator
+
+    sibling = "Sibling duties: requests about poems and other things"
+    lib = (Library.empty(3)
+           .with_slot(1, Slot().activated(toy.ARITH_DESCRIPTION, toy.WRONG_SOURCE, "fast"))
+           .with_slot(2, Slot().activated(sibling, toy.WRONG_SOURCE, "deep")))
+    rows = list(make_rows(train, "trainset"))[:4]
+    evaluator = Evaluator(RoutedProgram(dspy.Predict("question -> answer"), lib, fast_lm=actor, deep_lm=actor),
+                          toy.metric, Budget(100))
+    results = evaluator.evaluate(lib, rows, "parent_minibatch")
+    assert any(s["predictor"] == "router" for r in results for s in r.steps)
+    assert sibling in render_traces(rows, results)          # the raw trace does carry the sibling's description
+    refl = toy.reflection_lm(action="rewrite_program", slot="1")
+    edit = Reflector(refl, input_names=("question",), output_names=("answer",)).propose(lib, rows, results)
+    assert not edit.rejected and edit.action == "rewrite_program" and edit.slot == 1
+    select_prompt, rewrite_prompt = refl.scripted.prompts()
+    assert sibling in select_prompt                          # action selection reads all descriptions
+    assert sibling not in rewrite_prompt and "Sibling duties" not in rewrite_prompt
+    assert toy.ARITH_DESCRIPTION in rewrite_prompt and "class Wrong" in rewrite_prompt   # its own pair
+    assert "router" in rewrite_prompt and "withheld" in rewrite_prompt                # the route stays visible
 
 
 @pytest.mark.parametrize("kind", ["malformed", "impossible_target", "sandbox_rejected"])

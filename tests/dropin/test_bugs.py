@@ -41,7 +41,10 @@ def test_max_merge_invocations_none_means_no_limit():
     assert routed.detailed_results.budget["spent"] > 0
     from dspy_adaptive.merge.proposer import MergeState
     assert MergeState(invocations=10 ** 6, accepted_since=2).due(None, 2)
-    assert not MergeState(invocations=5, accepted_since=2).due(5, 2)
+    # the cap counts accepted merges by default (issue 15), attempts when asked
+    assert MergeState(invocations=5, accepted_since=2).due(5, 2)
+    assert not MergeState(invocations=5, accepted=5, accepted_since=2).due(5, 2)
+    assert not MergeState(invocations=5, accepted_since=2).due(5, 2, counts="attempts")
 
 
 class WithParallel(dspy.Module):

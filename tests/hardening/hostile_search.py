@@ -143,8 +143,9 @@ def run_hostile_search(tmp: Path, *, budget: int | None = None, limit: int | Non
     items = interleaved(corpus())
     if limit is not None:
         items = items[:limit]
-    if budget is None:   # every contained source spends a minibatch of 3 (the parent's rows are cached)
-        budget = 40 + 4 * sum(1 for c in items if c["expect"] == "contained")
+    if budget is None:   # every proposal re-runs its parent's minibatch of 3 (the paper's accounting: every
+        # scoring invocation is charged); a contained source also spends a child minibatch of 3
+        budget = 40 + 3 * len(items) + 4 * sum(1 for c in items if c["expect"] == "contained")
     half = (len(items) + 1) // 2
     plan = items[:half] + [{"stem": "honest_adder", "source": ADDER, "expect": "honest"}] + items[half:]
     tmp.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 import json
 
-from dspy_adaptive.merge import footprints, jaccard_matrix, selected_slots
+from dspy_adaptive.merge import footprints, jaccard_matrix, selected_slots, unknown_rows
 from tests.merge.builders import lib, spec
 
 L = lib(spec("math"), None, spec("retrieval"))
@@ -23,9 +23,16 @@ def test_matched_by_id_not_position():
     assert footprints(L, ex, ["a", "b"])[1] == frozenset({"a"})
 
 
-def test_missing_row_or_unknown_record_means_footprint_missing():
+def test_missing_row_means_footprint_missing():
     assert footprints(L, {"r1": 1}, ["r1", "r2"]) is None
-    assert footprints(L, {"r1": 1, "r2": None}, ["r1", "r2"]) is None
+    assert footprints(L, {"r1": 1, "r2": "1"}, ["r1", "r2"]) is None     # not a slot number
+
+
+def test_unknown_route_is_left_out_and_the_rest_still_counts():
+    """Issue 15 item 6: one router exception (executed None) no longer drops the whole footprint."""
+    ex = {"r1": 1, "r2": None, "r3": 3, "r4": 0}
+    assert footprints(L, ex, ["r1", "r2", "r3", "r4"]) == {1: frozenset({"r1"}), 3: frozenset({"r3"})}
+    assert unknown_rows(ex, ["r1", "r2", "r3", "r4"]) == ["r2"]
 
 
 def test_record_naming_non_active_slot_is_a_mismatch():

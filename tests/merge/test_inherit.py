@@ -217,3 +217,25 @@ def test_result_to_dict_is_json():
     assert d["slots"][0]["reason"] == "conflict_scores" and d["alignment"]["placed"] == [[2, 3]]
     idx = index_merge(EMPTY3, base, other, rng=random.Random(0))
     assert json.loads(json.dumps(idx.to_dict()))["alignment"] is None
+
+
+def test_router_edit_branch_merged_with_program_edit_branch_keeps_both_edits():
+    """Issue 15 item 4 (paper A.2): when every imported specialist keeps its index, the router is merged as
+    an ordinary component, so the other parent's edited router can win; the child is then not a copy of the
+    stronger parent."""
+    anc = lib(spec("math"), spec("retrieval"), router="r0")
+    program_edit = lib(spec("math", "v2"), spec("retrieval"), router="r0")          # stronger: base
+    router_edit = lib(spec("math"), spec("retrieval"), router="r-edited")
+    fp = {1: frozenset({"m1", "m2"}), 2: frozenset({"q1"})}
+    res = merge(anc, view(program_edit, .8, fp, {}), view(router_edit, .7, fp, {}), rng=random.Random(0))
+    assert res.alignment.preserves_indices
+    assert res.child.router == "r-edited" and res.router.source == "other"
+    assert res.router.reason == "changed_in_other_only"
+    assert res.child.slot(1) == program_edit.slot(1)
+    assert not res.is_parent_copy(program_edit, router_edit)
+    # the same parents with the router-edit branch's specialists re-indexed: the base router stays
+    swapped = lib(spec("retrieval"), spec("math"), router="r-edited")
+    res = merge(anc, view(program_edit, .8, fp, {}),
+                view(swapped, .7, {1: frozenset({"q1"}), 2: frozenset({"m1", "m2"})}, {}), rng=random.Random(0))
+    assert not res.alignment.preserves_indices
+    assert res.child.router == "r0" and res.router.source == "base"
