@@ -55,6 +55,8 @@ FailureKind = Literal[
     "invalid_target",     # the action's target slot does not exist or is in the wrong state
     "edit_failed",        # the edit's LM call raised
     "bad_output",         # the edit's answer was unusable (empty text, bad profile, ...)
+    "unparseable",        # the reflection answer could not be parsed into the call's fields
+    "truncated",          # the reflection answer stopped at its token limit (never adopted)
     "sandbox_rejected",   # the new program failed the sandbox policy or did not compile
     "no_change",          # the edit produced a library identical to its parent
     "gate",               # the child did not strictly beat its parent on the minibatch

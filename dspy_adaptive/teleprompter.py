@@ -38,6 +38,7 @@ from dspy_adaptive.library import Library
 from dspy_adaptive.merge.proposer import MERGE_CAP_COUNTS, PARENT_COPY_POLICIES, MergeProposer
 from dspy_adaptive.reflection.external import ProposerReflector
 from dspy_adaptive.reflection.propose import Reflector
+from dspy_adaptive.reflection.structured import PROPOSAL_FORMATS
 from dspy_adaptive.results import AdaptiveGEPAResult, write_run_record
 from dspy_adaptive.routed_program import RoutedProgram, normalise_tools
 from dspy_adaptive.sandbox import SandboxPool
@@ -211,6 +212,16 @@ class AdaptiveGEPA(Teleprompter):
         progress: show a progress bar (with the budget, best score and the USD spent).
         max_cost_usd: stop on cost as on the budget: no new iteration starts once the LM cost of every role
             (router, specialists, fallback, reflection, metric/judge; litellm's list prices) reaches it.
+        max_repair_attempts: when a reflection answer is rejected before the gate (the sandbox policy, a compile
+            error, an answer that does not parse, an answer cut off at the token limit, an impossible target),
+            the reflection LM gets the exact reason and its own answer back and may answer again, this many
+            times per stage. Repairs are reflection calls, never scored calls; the run record keeps each attempt.
+        proposal_format: how new specialist programs are written: "code" (the reflection LM writes the source),
+            "structured" (it fills a typed specification -- the program's shape among predict, chain of
+            thought, retrieve-then-answer over a tool and draft-and-check, plus its instructions -- and the
+            source is generated from it, so it always passes the sandbox policy; suits small local reflection
+            models) or "auto" (code, switching a target to structured after 2 recent code proposals for it
+            were rejected before the gate).
     """
 
     def __init__(
@@ -261,6 +272,8 @@ class AdaptiveGEPA(Teleprompter):
         max_idle_iterations: int = 20,
         progress: bool = True,
         max_cost_usd: float | None = None,
+        max_repair_attempts: int = 1,
+        proposal_format: str = "code",
     ):
         super().__init__()
         _check_metric(metric)
@@ -370,6 +383,14 @@ class AdaptiveGEPA(Teleprompter):
         self.max_idle_iterations = max_idle_iterations
         self.progress = progress if mapped.display_progress_bar is None else mapped.display_progress_bar
         self.max_cost_usd = float(max_cost_usd) if max_cost_usd is not None else None
+        if isinstance(max_repair_attempts, bool) or not isinstance(max_repair_attempts, int) \
+                or max_repair_attempts < 0:
+            raise InputError(f"max_repair_attempts must be an integer >= 0, got {max_repair_attempts!r}")
+        self.max_repair_attempts = max_repair_attempts
+        if proposal_format not in PROPOSAL_FORMATS:
+            raise InputError(f"proposal_format must be one of {', '.join(map(repr, PROPOSAL_FORMATS))}, got "
+                             f"{proposal_format!r}")
+        self.proposal_format = proposal_format
 
     # -- budget --------------------------------------------------------------------------------------
     def _budget_calls(self, student: dspy.Module, n_train: int, n_val: int) -> int:
@@ -457,10 +478,11 @@ class AdaptiveGEPA(Teleprompter):
         if self.instruction_proposer is not None or self.code_proposer is not None or selector is not None:
             reflector = ProposerReflector(self.reflection_lm, instruction_proposer=self.instruction_proposer,
                                           code_proposer=self.code_proposer, component_selector=selector,
-                                          input_names=input_keys(train), output_names=(), tools=tuple(base.tools))
+                                          input_names=input_keys(train), output_names=(), tools=dict(base.tools),
+                                          **self._proposal_options())
         else:
             reflector = Reflector(self.reflection_lm, input_names=input_keys(train), output_names=(),
-                                  tools=tuple(base.tools))
+                                  tools=dict(base.tools), **self._proposal_options())
         tracker = SearchTracker(self.tracking)
         engine = SearchEngine(settings=settings, seed_library=Library.empty(self.max_specialists), train=train,
                               val=val, evaluator=evaluator, reflector=reflector,
@@ -520,6 +542,9 @@ class AdaptiveGEPA(Teleprompter):
             write_run_record(result, tmp)
             routed.export(Path(tmp) / "best_library")
             tracker.log_artifacts(Path(tmp))
+
+    def _proposal_options(self) -> dict[str, Any]:
+        return {"max_repair_attempts": self.max_repair_attempts, "proposal_format": self.proposal_format}
 
     def _make_merger(self) -> MergeProposer | None:
         return MergeProposer(alignment=self.alignment, parent_copies=self.merge_parent_copies) \

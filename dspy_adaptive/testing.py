@@ -75,7 +75,16 @@ class ScriptedCall:
         return m.group(1).strip() if m else ""
 
 
-Responder = Callable[[ScriptedCall], "str | Mapping[str, Any]"]
+@dataclass(frozen=True)
+class Reply:
+    """A responder's answer with an explicit finish reason: `Reply(fields, "length")` is an answer cut off at
+    the token limit (what a provider reports as finish_reason "length")."""
+
+    content: "str | Mapping[str, Any]"
+    finish_reason: str = "stop"
+
+
+Responder = Callable[[ScriptedCall], "str | Mapping[str, Any] | Reply"]
 
 
 def format_fields(fields: Mapping[str, Any], json_mode: bool = False) -> str:
@@ -114,6 +123,9 @@ class ScriptedEngine:
         if self.latency:
             time.sleep(self.latency)
         out = self.respond(call)
+        finish = "stop"
+        if isinstance(out, Reply):
+            out, finish = out.content, out.finish_reason
         if isinstance(out, str):
             text = out
         else:  # fill output fields the responder left out (e.g. ChainOfThought's reasoning)
@@ -123,7 +135,7 @@ class ScriptedEngine:
         n_in = max(1, len(call.prompt) // 4)
         n_out = max(1, len(text) // 4)
         return Response(id=None, model=self.model, message=Message.assistant([TextPart(text)]),
-                        finish_reason="stop",
+                        finish_reason=finish,
                         usage=Usage(input_tokens=n_in, output_tokens=n_out, total_tokens=n_in + n_out))
 
     def stream(self, request: Any):  # pragma: no cover - streaming is not used by the optimizer

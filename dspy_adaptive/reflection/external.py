@@ -134,15 +134,13 @@ class ProposerReflector(Reflector):
         problem = self._validate_target(parent, action, slot)
         if problem:
             return _rejected(action, slot, "invalid_target", problem)
-        try:
-            return self._edit(parent, action, slot, traces)
-        except Exception as e:  # noqa: BLE001
-            return _rejected(action, slot, "edit_failed", f"{action} failed: {type(e).__name__}: {str(e)[:300]}")
+        return self._apply(parent, rows, results, history, traces, action, slot, [])
 
-    def _edit(self, parent: Library, action: str, slot: int | None, traces: str) -> Edit:
+    def _edit(self, parent: Library, action: str, slot: int | None, traces: str, note: Any = None,
+              fmt: str | None = None) -> Edit:
         proposer, component = self._proposer_for(action, slot)
         if proposer is None:
-            return super()._edit(parent, action, slot, traces)
+            return super()._edit(parent, action, slot, traces, note, fmt)
         candidate = library_components(parent)
         dataset = {component: reflective_records(self._batch.rows, self._batch.results)}
         with dspy.context(lm=self.lm, trace=None), role("reflection"):

@@ -9,17 +9,30 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
 
 import dspy
+from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
 from dspy_adaptive.profiles import declared_profile
 from dspy_adaptive.records import ACTIONS, FailureKind, ProposalRecord, RowResult
 from dspy_adaptive.reflection import signatures as sig
+from dspy_adaptive.reflection import structured
 from dspy_adaptive.reflection.boundaries import for_program_rewrite
+from dspy_adaptive.reflection.repair import (
+    REPAIRABLE,
+    Attempt,
+    FinishWatch,
+    Rejection,
+    RepairNote,
+    truncation,
+    with_repair_fields,
+    with_repairs,
+)
+from dspy_adaptive.reflection.structured import PROPOSAL_FORMATS
 from dspy_adaptive.reflection.traces import defang, render_history, render_slots, render_traces, render_usage
 from dspy_adaptive.routed_program import parse_slot_answer
 from dspy_adaptive.sandbox import compile_program
@@ -39,10 +52,28 @@ class Edit:
     reason: str | None = None  # set when rejected
     rejected_source: str | None = None  # the source the sandbox refused, kept for the run record
     failure: FailureKind | None = None  # set when rejected: what kind of rejection this is
+    attempts: tuple[Attempt, ...] = ()  # every reflection answer of this proposal, repairs included
+    format: str | None = None  # "code" or "structured" for a source-writing edit
 
     @property
     def rejected(self) -> bool:
         return self.child is None
+
+    @property
+    def repairs(self) -> int:
+        return sum(1 for a in self.attempts if a.attempt > 0)
+
+    def details(self) -> dict[str, Any]:
+        """What the run record keeps of this edit beyond its outcome."""
+        out: dict[str, Any] = {}
+        if self.rejected_source:
+            out["rejected_source"] = self.rejected_source[:6000]
+        if self.format:
+            out["format"] = self.format
+        if self.attempts:
+            out["attempts"] = [a.to_dict() for a in self.attempts]
+            out["repairs"] = self.repairs
+        return out
 
 
 def program_contract(input_names: Sequence[str], output_names: Sequence[str], tools: Sequence[str]) -> str:
@@ -107,7 +138,8 @@ def _rejected(action: str | None, slot: int | None, failure: FailureKind, reason
     return Edit(action, slot, None, reason, rejected_source=source, failure=failure)
 
 
-def _check_source(action: str, slot: int | None, source: str) -> Edit | None:
+def source_problem(source: str) -> str | None:
+    """Why the sandbox refuses `source` (policy, compile error or a bad PROFILE line), or None."""
     res = compile_program(source)
     reasons = list(res.reasons)
     problem = declared_profile(source)[1]
@@ -115,17 +147,51 @@ def _check_source(action: str, slot: int | None, source: str) -> Edit | None:
         reasons.append(problem)
     if res.ok and not problem:
         return None
-    return _rejected(action, slot, "sandbox_rejected",
-                     "the new program was rejected by the sandbox: " + "; ".join(reasons), source)
+    return "the new program was rejected by the sandbox: " + "; ".join(reasons)
+
+
+def _check_source(action: str, slot: int | None, source: str) -> Edit | None:
+    problem = source_problem(source)
+    return None if problem is None else _rejected(action, slot, "sandbox_rejected", problem, source)
+
+
+def _checked(source: str, answer: str | None = None) -> str:
+    """`source`, or a `Rejection` (sandbox_rejected) carrying the reason and the answer it came from."""
+    problem = source_problem(source)
+    if problem is not None:
+        raise Rejection("sandbox_rejected", problem, answer if answer is not None else source, source=source)
+    return source
+
+
+def _normal_action(value: Any) -> str:
+    return str(value or "").strip().lower().replace(" ", "_").replace("-", "_")
 
 
 class Reflector:
-    """Runs SelectAction then the chosen edit on the reflection LM."""
+    """Runs SelectAction then the chosen edit on the reflection LM, repairing rejected answers.
+
+    Args:
+        reflection_lm: the reflection LM.
+        input_names, output_names, tools: the program contract (task inputs, fallback outputs, tools: their
+            names, or a mapping name -> function, whose first parameter a structured program's query goes to).
+        max_repair_attempts: repair calls per stage after an answer is rejected before the gate (see repair.py).
+        proposal_format: "code" (the LM writes specialist source), "structured" (it fills a ProgramSpec that
+            we render; see structured.py) or "auto" (code, then structured for a target once `auto_after`
+            recent code proposals for it were rejected before the gate).
+        auto_after: the rejections after which "auto" switches a target to structured.
+    """
 
     def __init__(self, reflection_lm: Any, *, input_names: Sequence[str], output_names: Sequence[str],
-                 tools: Sequence[str] = ()):
+                 tools: Sequence[str] = (), max_repair_attempts: int = 1, proposal_format: str = "code",
+                 auto_after: int = 2):
+        if proposal_format not in PROPOSAL_FORMATS:
+            raise ValueError(f"proposal_format={proposal_format!r}: expected one of {', '.join(PROPOSAL_FORMATS)}")
         self.lm = reflection_lm
         self.input_names, self.tools = tuple(input_names), tuple(tools)
+        self.tool_args = tuple(structured.first_parameter(tools[t]) for t in self.tools) \
+            if isinstance(tools, Mapping) else ()
+        self.max_repair_attempts, self.proposal_format, self.auto_after = max_repair_attempts, proposal_format, \
+            auto_after
         self.schedule = None  # a search.schedule.Schedule, when the caller wants the step record
         self.set_output_names(output_names)
         self.select = dspy.Predict(sig.SelectAction)
@@ -133,16 +199,26 @@ class Reflector:
         self.rewrite_program = dspy.Predict(sig.RewriteProgram)
         self.rewrite_description = dspy.Predict(sig.RewriteDescription)
         self.rewrite_router = dspy.Predict(sig.RewriteRouter)
+        self.activate_spec = dspy.Predict(structured.ActivateSlotSpec)
+        self.rewrite_program_spec = dspy.Predict(structured.RewriteProgramSpec)
         self._local = threading.local()   # the current proposal's images (concurrent proposals: one per thread)
 
     def set_output_names(self, output_names: Sequence[str]) -> None:
         """The fallback's output fields, which every specialist must also return."""
         self.output_names = tuple(output_names)
         self.contract = program_contract(self.input_names, self.output_names or ("answer",), self.tools)
+        self.spec_contract = structured.Contract(self.input_names, self.output_names or ("answer",), self.tools,
+                                                 self.tool_args)
 
-    def _call(self, predictor: dspy.Predict, **kwargs: Any) -> dspy.Prediction:
+    def _call(self, predictor: dspy.Predict, note: RepairNote | None = None, adapter: Any = None,
+              **kwargs: Any) -> dspy.Prediction:
         """One reflection LM call; every text input has DSPy's field markers made inert (router text,
-        descriptions and sources are LM-written; the traces are rendered quoted already)."""
+        descriptions and sources are LM-written; the traces are rendered quoted already). A repair call also
+        gets its previous answer and the problem. An answer that hit the token limit, or that does not parse,
+        raises a `Rejection` (repairable)."""
+        if note is not None:
+            predictor = with_repair_fields(predictor)
+            kwargs.update(note.fields())
         kwargs = {k: defang(v) if isinstance(v, str) else v for k, v in kwargs.items()}
         t0 = time.perf_counter()
         images = getattr(self._local, "images", None)
@@ -151,43 +227,87 @@ class Reflector:
                 "images", dspy.InputField(desc="the images (and other media) the traces refer to as [image k]"),
                 type_=list[dspy.Type]))
             kwargs["images"] = list(images)
+        watch = FinishWatch()
+        max_tokens = (getattr(self.lm, "kwargs", None) or {}).get("max_tokens")
+        context = {"adapter": adapter} if adapter is not None else {}
         try:
-            with dspy.context(lm=self.lm, trace=None), role("reflection"):
-                return predictor(**kwargs)
+            with dspy.context(lm=self.lm, trace=None, callbacks=[*dspy.settings.callbacks, watch], **context), \
+                    role("reflection"):
+                out = predictor(**kwargs)
+        except AdapterParseError as e:
+            cut = truncation(watch, max_tokens)
+            fields = ", ".join(predictor.signature.output_fields)
+            raise cut or Rejection("unparseable", f"the answer could not be read as the fields {fields}: write "
+                                   "each field, in the requested format", str(e.lm_response or "")) from None
         finally:
             if self.schedule is not None:
                 self.schedule.record("reflection", 1, 1, t0, time.perf_counter())
+        cut = truncation(watch, max_tokens)
+        if cut is not None:
+            raise cut
+        return out
 
     def propose(self, parent: Library, rows: Sequence[Row], results: Sequence[RowResult],
                 history: Sequence[ProposalRecord] = ()) -> Edit:
         """One proposal for `parent` from its minibatch `results` on `rows`; `history` is the recent
-        proposals on its lineage (shown to action selection)."""
+        proposals on its lineage (shown to action selection, and read by proposal_format="auto")."""
         images: list = []
         traces = render_traces(rows, results, images)
         self._local.images = images
+        attempts: list[Attempt] = []
         try:
-            choice = self._call(self.select, router=parent.router, specialists=render_slots(parent),
-                                usage=render_usage(parent, results), history=render_history(history) or "none",
-                                traces=traces)
-        except Exception as e:
-            return _rejected(None, None, "selection_failed",
-                             f"action selection failed: {type(e).__name__}: {str(e)[:300]}")
-        action = str(choice.action or "").strip().lower().replace(" ", "_").replace("-", "_")
-        slot = parse_slot_answer(choice.slot)
+            action, slot = with_repairs("select", lambda note: self._select(parent, results, history, traces, note),
+                                        self.max_repair_attempts, attempts)
+        except Rejection as rej:
+            action, slot = rej.target
+            return Edit(action, slot, None, rej.reason, failure=rej.failure, attempts=tuple(attempts))
+        except Exception as e:  # noqa: BLE001 - the LM call raised: a rejected proposal, never a crash
+            return Edit(None, None, None, f"action selection failed: {type(e).__name__}: {str(e)[:300]}",
+                        failure="selection_failed", attempts=tuple(attempts))
+        return self._apply(parent, rows, results, history, traces, action, slot, attempts)
+
+    def _apply(self, parent: Library, rows: Sequence[Row], results: Sequence[RowResult],
+               history: Sequence[ProposalRecord], traces: str, action: str, slot: int | None,
+               attempts: list[Attempt]) -> Edit:
+        """The chosen edit, with repairs, as an Edit carrying every attempt."""
+        if action == "rewrite_program":   # Table 6: no sibling descriptions, not even inside the router's trace
+            traces = render_traces(rows, for_program_rewrite(results))
+        fmt = self._format(action, slot, history)
+        try:
+            edit = with_repairs(action, lambda note: self._edit(parent, action, slot, traces, note, fmt),
+                                self.max_repair_attempts, attempts)
+        except Rejection as rej:
+            return Edit(action, slot, None, rej.reason, rejected_source=rej.source, failure=rej.failure,
+                        attempts=tuple(attempts), format=fmt)
+        except Exception as e:  # noqa: BLE001
+            return Edit(action, slot, None, f"{action} failed: {type(e).__name__}: {str(e)[:300]}",
+                        failure="edit_failed", attempts=tuple(attempts), format=fmt)
+        return replace(edit, attempts=tuple(attempts), format=fmt)
+
+    def _select(self, parent: Library, results: Sequence[RowResult], history: Sequence[ProposalRecord],
+                traces: str, note: RepairNote | None) -> tuple[str, int | None]:
+        choice = self._call(self.select, note, router=parent.router, specialists=render_slots(parent),
+                            usage=render_usage(parent, results), history=render_history(history) or "none",
+                            traces=traces)
+        answer = f"action: {choice.action}\nslot: {choice.slot}"
+        action, slot = _normal_action(choice.action), parse_slot_answer(choice.slot)
         if action not in ACTIONS:   # recorded without an action: only ACTIONS are valid action names
-            return _rejected(None, slot, "unknown_action",
-                             f"unknown action {action!r} (expected one of {', '.join(ACTIONS)})")
+            raise Rejection("unknown_action", f"unknown action {action!r} (expected one of {', '.join(ACTIONS)})",
+                            answer, target=(None, slot))
         if action == "activate" and parent.inactive_ids() and slot not in parent.inactive_ids():
             slot = parent.inactive_ids()[0]  # any free slot serves an activation: take the lowest
         problem = self._validate_target(parent, action, slot)
         if problem:
-            return _rejected(action, slot, "invalid_target", problem)
-        if action == "rewrite_program":   # Table 6: no sibling descriptions, not even inside the router's trace
-            traces = render_traces(rows, for_program_rewrite(results))
-        try:
-            return self._edit(parent, action, slot, traces)
-        except Exception as e:
-            return _rejected(action, slot, "edit_failed", f"{action} failed: {type(e).__name__}: {str(e)[:300]}")
+            raise Rejection("invalid_target", problem, answer, target=(action, slot))
+        return action, slot
+
+    def _format(self, action: str, slot: int | None, history: Sequence[ProposalRecord]) -> str | None:
+        """The format of a source-writing edit (None for the others)."""
+        if action not in ("activate", "rewrite_program"):
+            return None
+        same = [p for p in history if p.action == action and (action == "activate" or p.slot == slot)]
+        rejected = sum(1 for p in same if p.failure in REPAIRABLE and (p.details or {}).get("format") == "code")
+        return structured.choose_format(self.proposal_format, rejected, self.auto_after)
 
     @staticmethod
     def _validate_target(parent: Library, action: str, slot: int | None) -> str | None:
@@ -201,50 +321,75 @@ class Reflector:
             return f"{action} targets slot {slot}, which is not active"
         return None
 
-    def _edit(self, parent: Library, action: str, slot: int | None, traces: str) -> Edit:
+    def _edit(self, parent: Library, action: str, slot: int | None, traces: str, note: RepairNote | None = None,
+              fmt: str | None = None) -> Edit:
+        """The chosen edit; an unusable answer raises a `Rejection` (which the caller may repair)."""
         if action == "deactivate":  # quarantine: no LM call, program text kept
             return Edit(action, slot, parent.with_slot(slot, parent.slot(slot).deactivated()))
         if action == "rewrite_router":
-            out = self._call(self.rewrite_router, traces=traces, router=parent.router,
+            out = self._call(self.rewrite_router, note, traces=traces, router=parent.router,
                              specialists=render_slots(parent))
             text = str(out.new_router or "").strip()
             if not text:
-                return _rejected(action, None, "bad_output", "rewrite_router returned an empty instruction")
+                raise Rejection("bad_output", "rewrite_router returned an empty instruction", "")
             return self._changed(parent, action, None, parent.with_router(text))
         target = parent.slot(slot)
         if action == "activate":
-            out = self._call(self.activate, traces=traces, router=parent.router, specialists=render_slots(parent),
-                             target_slot=str(slot), program_contract=self.contract)
-            source = strip_code(out.program)
-            profile = str(out.profile or "").strip().strip('"').lower()
-            description = str(out.description or "").strip()
-            if profile not in ("fast", "deep"):
-                return _rejected(action, slot, "bad_output",
-                                 f"activate returned profile {out.profile!r}; expected fast or deep")
-            if not description or description.upper() == "INACTIVE":
-                return _rejected(action, slot, "bad_output", "activate returned no description")
-            rejected = _check_source(action, slot, source)
-            if rejected:
-                return rejected
+            description, source, profile = (self._activate_structured if fmt == "structured" else
+                                            self._activate_code)(parent, slot, traces, note)
             return Edit(action, slot, parent.with_slot(slot, target.activated(description, source, profile)))
         if action == "rewrite_program":
-            out = self._call(self.rewrite_program, traces=traces, description=target.description,
-                             program=target.program_source, program_contract=self.contract)
-            source = strip_code(out.new_program)
-            rejected = _check_source(action, slot, source)
-            if rejected:
-                return rejected
+            if fmt == "structured":
+                out = self._call(self.rewrite_program_spec, note, dspy.JSONAdapter(), traces=traces,
+                                 description=target.description, program=target.program_source,
+                                 program_contract=structured.spec_contract_text(self.spec_contract))
+                spec = structured.spec_from(out, self.spec_contract)
+                source = _checked(structured.render(spec, self.spec_contract, declared_profile(
+                    target.program_source)[0]), structured._answer_text(out))
+            else:
+                out = self._call(self.rewrite_program, note, traces=traces, description=target.description,
+                                 program=target.program_source, program_contract=self.contract)
+                source = _checked(strip_code(out.new_program), str(out.new_program or ""))
             return self._changed(parent, action, slot, parent.with_slot(slot, target.with_program(source)))
         # rewrite_description
-        out = self._call(self.rewrite_description, traces=traces, specialists=render_slots(parent),
+        out = self._call(self.rewrite_description, note, traces=traces, specialists=render_slots(parent),
                          target_slot=str(slot), program=target.program_source)
         text = str(out.new_description or "").strip()
         if not text or text.upper() == "INACTIVE":
-            return _rejected(action, slot, "bad_output", "rewrite_description returned an empty description")
+            raise Rejection("bad_output", "rewrite_description returned an empty description", text)
         return self._changed(parent, action, slot, parent.with_slot(slot, target.with_description(text)))
+
+    def _activate_code(self, parent: Library, slot: int, traces: str,
+                       note: RepairNote | None) -> tuple[str, str, str]:
+        out = self._call(self.activate, note, traces=traces, router=parent.router, specialists=render_slots(parent),
+                         target_slot=str(slot), program_contract=self.contract)
+        answer = f"description: {out.description}\nprofile: {out.profile}\nprogram:\n{out.program}"
+        profile, description = _activation_fields(out, answer)
+        return description, _checked(strip_code(out.program), answer), profile
+
+    def _activate_structured(self, parent: Library, slot: int, traces: str,
+                             note: RepairNote | None) -> tuple[str, str, str]:
+        out = self._call(self.activate_spec, note, dspy.JSONAdapter(), traces=traces, router=parent.router,
+                         specialists=render_slots(parent), target_slot=str(slot),
+                         program_contract=structured.spec_contract_text(self.spec_contract))
+        answer = structured._answer_text(out)
+        profile, description = _activation_fields(out, answer)
+        spec = structured.spec_from(out, self.spec_contract)
+        return description, _checked(structured.render(spec, self.spec_contract, profile), answer), profile
 
     @staticmethod
     def _changed(parent: Library, action: str, slot: int | None, child: Library) -> Edit:
         if child.content_hash == parent.content_hash:
             return _rejected(action, slot, "no_change", f"{action} changed nothing")
         return Edit(action, slot, child)
+
+
+def _activation_fields(out: dspy.Prediction, answer: str) -> tuple[str, str]:
+    """(profile, description) of an activation answer, or a `Rejection` (bad_output) saying what to fix."""
+    profile = str(out.profile or "").strip().strip('"').lower()
+    description = str(out.description or "").strip()
+    if profile not in ("fast", "deep"):
+        raise Rejection("bad_output", f"activate returned profile {out.profile!r}; expected fast or deep", answer)
+    if not description or description.upper() == "INACTIVE":
+        raise Rejection("bad_output", "activate returned no description", answer)
+    return profile, description

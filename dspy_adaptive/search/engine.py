@@ -316,9 +316,8 @@ class SearchEngine:
             return self._record(kind="skip", action=None, slot=None, child_sum=None, accepted=False,
                                 failure="perfect", reason="parent is perfect on the whole minibatch", **base)
         if edit.rejected:
-            details = {"rejected_source": edit.rejected_source[:6000]} if edit.rejected_source else {}
             return self._record(kind="reflect", action=edit.action, slot=edit.slot, child_sum=None, accepted=False,
-                                failure=edit.failure, reason=edit.reason, details=details, **base)
+                                failure=edit.failure, reason=edit.reason, details=edit.details(), **base)
         child = None
         if out.val_results is not None:                                                            # archive
             child = self.add_to_archive(edit.child, (job.parent.index,), edit.action, out.val_results,
@@ -327,7 +326,7 @@ class SearchEngine:
                             child_sum=gate.score_sum(out.child_results), accepted=child is not None,
                             failure=None if child is not None else "gate",
                             reason=None if child is not None else "child did not beat the parent on the minibatch",
-                            child=child, child_library=edit.child, **base)
+                            child=child, child_library=edit.child, details=edit.details(), **base)
 
     def add_to_archive(self, library: Library, parents: tuple[int, ...], origin: str,
                        results: Sequence[RowResult], iteration: int) -> Candidate:
