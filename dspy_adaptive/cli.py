@@ -43,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--max-idle", type=int, default=6,
                    help="stop after this many iterations in a row that spend no scored call (default 6)")
+    d.add_argument("--proposal-format", choices=("code", "structured", "auto"), default=None,
+                   help="how new specialist programs are written: the reflection LM writes code, fills a "
+                        "structured specification we render, or auto (code, then structured after repeated "
+                        "rejections). Default: structured for the local model, auto otherwise")
+    d.add_argument("--max-repair-attempts", type=int, default=1,
+                   help="repair calls after a reflection answer is rejected before the gate (default 1)")
     return p
 
 

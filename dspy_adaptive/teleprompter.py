@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
+from tqdm.auto import tqdm
 
 from dspy_adaptive.compat import (
     AUTO_RUN_SETTINGS,
@@ -492,6 +493,12 @@ class AdaptiveGEPA(Teleprompter):
                               observers=[tracker.on_proposal] if tracker else ())
         if store is not None and store.has_state():
             self._resume(engine, store, evaluator, meter, fingerprint)
+        elif store is not None:
+            restored = store.start_seed(fingerprint, engine.seed_library.content_hash)
+            engine.restore_seed_rows(restored)
+            if restored and self.progress:
+                tqdm.write(f"Resuming the seed validation in {self.log_dir}: {len(restored)} of {len(val)} rows "
+                           "were scored before the interruption.")
         if tracker:
             tracker.start(self._tracking_config(max_calls, num_threads, seed, len(train), len(val)))
         failed = True
@@ -568,6 +575,10 @@ class AdaptiveGEPA(Teleprompter):
         engine.lost_calls += dropped   # really spent, but by an iteration the interruption discarded
         store.rewrite_evals(entries)
         meter.restore(state.get("usage", {}))
+        if self.progress:
+            tqdm.write(f"Resuming {self.log_dir}: iteration {engine.iteration}, {engine.budget.spent} of "
+                       f"{engine.budget.max_calls} scored calls spent, {len(engine.archive)} candidates "
+                       f"(best validation mean {engine.archive[engine.archive.best_index()].val_mean:.3f}).")
 
     def _fingerprint(self, student: dspy.Module, train: Sequence[Row], val: Sequence[Row],
                      settings: SearchSettings) -> str:

@@ -53,6 +53,10 @@ class DemoConfig:
         reflection_max_tokens: reflection max tokens per call.
         seed: the search's random seed.
         max_idle: stop after this many iterations in a row that spend no scored call.
+        proposal_format: "code", "structured" or "auto" (see AdaptiveGEPA); None: "structured" when the
+            reflection LM is the local model (a 135M model cannot write a valid dspy.Module, but it fills a
+            grammar-constrained specification), else "auto".
+        max_repair_attempts: repair calls after a reflection answer is rejected before the gate.
     """
 
     out: str = "runs/demo"
@@ -67,6 +71,13 @@ class DemoConfig:
     reflection_max_tokens: int = 700
     seed: int = 0
     max_idle: int = 6
+    proposal_format: str | None = None
+    max_repair_attempts: int = 1
+
+    def resolved_format(self) -> str:
+        if self.proposal_format is not None:
+            return self.proposal_format
+        return "structured" if self.reflection_lm.startswith("local") else "auto"
 
 
 def demo_examples() -> tuple[list[dspy.Example], list[dspy.Example], list[dspy.Example]]:
@@ -147,7 +158,8 @@ def run_demo(config: DemoConfig) -> Path:
         metric, reflection_lm=reflection, max_metric_calls=c.budget, reflection_minibatch_size=c.minibatch,
         batch_sampler=FamilyBalancedSampler(), max_specialists=c.max_specialists, num_threads=c.threads,
         fast_lm=fast, deep_lm=deep, tools=[search], log_dir=str(out / "search"), track_stats=True, seed=c.seed,
-        max_idle_iterations=c.max_idle)
+        max_idle_iterations=c.max_idle, proposal_format=c.resolved_format(),
+        max_repair_attempts=c.max_repair_attempts)
     routed = optimizer.compile(seed, trainset=train, valset=val)
     write_labels({e.id: e.family for e in val}, out / "search")
     result = load_run(out / "search")

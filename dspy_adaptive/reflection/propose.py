@@ -340,12 +340,12 @@ class Reflector:
             return Edit(action, slot, parent.with_slot(slot, target.activated(description, source, profile)))
         if action == "rewrite_program":
             if fmt == "structured":
-                out = self._call(self.rewrite_program_spec, note, dspy.JSONAdapter(), traces=traces,
-                                 description=target.description, program=target.program_source,
-                                 program_contract=structured.spec_contract_text(self.spec_contract))
-                spec = structured.spec_from(out, self.spec_contract)
+                shape = self._call(self.rewrite_program_spec, note, dspy.JSONAdapter(), traces=traces,
+                                   description=target.description, program=target.program_source,
+                                   program_contract=structured.spec_contract_text(self.spec_contract)).shape
+                spec = structured.spec_from(shape, self.spec_contract)
                 source = _checked(structured.render(spec, self.spec_contract, declared_profile(
-                    target.program_source)[0]), structured._answer_text(out))
+                    target.program_source)[0]), structured.answer_text(shape))
             else:
                 out = self._call(self.rewrite_program, note, traces=traces, description=target.description,
                                  program=target.program_source, program_contract=self.contract)
@@ -371,8 +371,8 @@ class Reflector:
                              note: RepairNote | None) -> tuple[str, str, str]:
         out = self._call(self.activate_spec, note, dspy.JSONAdapter(), traces=traces, router=parent.router,
                          specialists=render_slots(parent), target_slot=str(slot),
-                         program_contract=structured.spec_contract_text(self.spec_contract))
-        answer = structured._answer_text(out)
+                         program_contract=structured.spec_contract_text(self.spec_contract)).activation
+        answer = structured.answer_text(out)
         profile, description = _activation_fields(out, answer)
         spec = structured.spec_from(out, self.spec_contract)
         return description, _checked(structured.render(spec, self.spec_contract, profile), answer), profile
@@ -384,7 +384,7 @@ class Reflector:
         return Edit(action, slot, child)
 
 
-def _activation_fields(out: dspy.Prediction, answer: str) -> tuple[str, str]:
+def _activation_fields(out: Any, answer: str) -> tuple[str, str]:
     """(profile, description) of an activation answer, or a `Rejection` (bad_output) saying what to fix."""
     profile = str(out.profile or "").strip().strip('"').lower()
     description = str(out.description or "").strip()

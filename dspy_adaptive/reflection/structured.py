@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Sequence, get_args
 
 import dspy
+import pydantic
 
 from dspy_adaptive.records import clip
 from dspy_adaptive.reflection.repair import Rejection
@@ -88,41 +89,59 @@ SECOND_DESC = ("retrieve_then_answer: how to write the search query; draft_and_c
                "verifies and fixes; otherwise empty")
 TOOL_DESC = "retrieve_then_answer only: the name of the tool to search with (see the contract); otherwise empty"
 
+# Length bounds are part of the JSON schema: a grammar-constrained local model cannot ramble past them into its
+# token limit, and a hosted model's longer answer fails validation and is repaired.
+DESCRIPTION_CHARS, MAIN_CHARS, SECOND_CHARS, TOOL_CHARS = 400, 800, 500, 40
+
+
+class ProgramShape(pydantic.BaseModel):
+    """A specialist program as a filled-in specification (what a structured rewrite writes)."""
+
+    kind: ModuleKind = pydantic.Field(description=KIND_DESC)
+    main_step: str = pydantic.Field(description=INSTRUCTIONS_DESC, max_length=MAIN_CHARS)
+    second_step: str = pydantic.Field(description=SECOND_DESC, max_length=SECOND_CHARS)
+    tool: str = pydantic.Field(description=TOOL_DESC, max_length=TOOL_CHARS)
+
+
+class Activation(pydantic.BaseModel):
+    """A new specialist as a filled-in specification (what a structured activation writes)."""
+
+    description: str = pydantic.Field(description="what requests this specialist handles: a broad class, "
+                                      "distinct from the other specialists", max_length=DESCRIPTION_CHARS)
+    kind: ModuleKind = pydantic.Field(description=KIND_DESC)
+    main_step: str = pydantic.Field(description=INSTRUCTIONS_DESC, max_length=MAIN_CHARS)
+    second_step: str = pydantic.Field(description=SECOND_DESC, max_length=SECOND_CHARS)
+    tool: str = pydantic.Field(description=TOOL_DESC, max_length=TOOL_CHARS)
+    profile: Literal["fast", "deep"] = pydantic.Field(description="fast (cheap, no extended reasoning) or deep "
+                                                      "(slower, more reasoning)")
+
 
 class ActivateSlotSpec(dspy.Signature):
     """Create a new specialist for a free slot of a routed program library, as a filled-in specification.
 
-    Give (1) a faithful, concise description of the broad class of requests it handles — the router reads
-    it to decide where requests go, so state a general responsibility distinct from the other specialists,
-    not single instances; (2) the program's shape and its instructions; (3) its LM profile: "fast" (cheap,
-    no extended reasoning) or "deep" (slower, more reasoning)."""
+    Give a faithful, concise description of the broad class of requests it handles — the router reads it to
+    decide where requests go, so state a general responsibility distinct from the other specialists, not
+    single instances — then the program's shape and its instructions, and its LM profile. Keep every text
+    short and general."""
 
     traces: str = dspy.InputField(desc=TRACES_DESC)
     router: str = dspy.InputField(desc="the router's instruction")
     specialists: str = dspy.InputField(desc="every slot with its description")
     target_slot: str = dspy.InputField(desc="the free slot being activated")
     program_contract: str = dspy.InputField(desc="the request fields, answer fields and tools")
-    description: str = dspy.OutputField(desc="what requests this specialist handles")
-    kind: ModuleKind = dspy.OutputField(desc=KIND_DESC)
-    main_step: str = dspy.OutputField(desc=INSTRUCTIONS_DESC)
-    second_step: str = dspy.OutputField(desc=SECOND_DESC)
-    tool: str = dspy.OutputField(desc=TOOL_DESC)
-    profile: Literal["fast", "deep"] = dspy.OutputField(desc="the LM profile the specialist runs on")
+    activation: Activation = dspy.OutputField(desc="the new specialist")
 
 
 class RewriteProgramSpec(dspy.Signature):
     """Redesign one specialist's program so it handles its requests better, judging from the records (scores,
     feedback, errors, intermediate steps), as a filled-in specification: its shape and instructions. Keep
-    what works, fix what fails."""
+    what works, fix what fails; keep every text short and general."""
 
     traces: str = dspy.InputField(desc=TRACES_DESC)
     description: str = dspy.InputField(desc="what this specialist is responsible for")
     program: str = dspy.InputField(desc="this specialist's current source")
     program_contract: str = dspy.InputField(desc="the request fields, answer fields and tools")
-    kind: ModuleKind = dspy.OutputField(desc=KIND_DESC)
-    main_step: str = dspy.OutputField(desc=INSTRUCTIONS_DESC)
-    second_step: str = dspy.OutputField(desc=SECOND_DESC)
-    tool: str = dspy.OutputField(desc=TOOL_DESC)
+    shape: ProgramShape = dspy.OutputField(desc="the new program's specification")
 
 
 def spec_contract_text(contract: Contract) -> str:
@@ -134,36 +153,39 @@ def spec_contract_text(contract: Contract) -> str:
             "is generated from them.")
 
 
-def spec_from(prediction: dspy.Prediction, contract: Contract) -> ProgramSpec:
-    """A ProgramSpec from the structured call's answer, or a `Rejection` (bad_output) saying what to fix."""
-    kind = str(getattr(prediction, "kind", "") or "").strip().lower().replace("-", "_").replace(" ", "_")
-    answer = _answer_text(prediction)
+def spec_from(answer: Any, contract: Contract) -> ProgramSpec:
+    """A ProgramSpec from a structured answer (an `Activation` or `ProgramShape`, or any object with kind,
+    main_step, second_step and tool), or a `Rejection` (bad_output) saying what to fix."""
+    text = answer_text(answer)
+    kind = str(getattr(answer, "kind", "") or "").strip().lower().replace("-", "_").replace(" ", "_")
     if kind not in MODULE_KINDS:
-        raise Rejection("bad_output", f"kind {kind!r} is not one of {', '.join(MODULE_KINDS)}", answer)
-    instructions = str(getattr(prediction, "main_step", "") or "").strip()
+        raise Rejection("bad_output", f"kind {kind!r} is not one of {', '.join(MODULE_KINDS)}", text)
+    instructions = str(getattr(answer, "main_step", "") or "").strip()
     if not instructions:
-        raise Rejection("bad_output", "main_step is empty: write how the main step handles the requests",
-                        answer)
-    tool = str(getattr(prediction, "tool", "") or "").strip().strip("`'\"").rstrip("()")
+        raise Rejection("bad_output", "main_step is empty: write how the main step handles the requests", text)
+    tool = str(getattr(answer, "tool", "") or "").strip().strip("`'\"").rstrip("()")
     if kind == "retrieve_then_answer":
         if not contract.tools:
             raise Rejection("bad_output", "retrieve_then_answer needs a tool and this run has none: choose "
-                            "another kind", answer)
+                            "another kind", text)
         if tool not in contract.tools:
             if len(contract.tools) == 1 and not tool:
                 tool = contract.tools[0]
             else:
                 raise Rejection("bad_output", f"tool {tool!r} is not one of the run's tools "
-                                f"({', '.join(contract.tools)})", answer)
+                                f"({', '.join(contract.tools)})", text)
     else:
         tool = ""
-    second = str(getattr(prediction, "second_step", "") or "").strip()
+    second = str(getattr(answer, "second_step", "") or "").strip()
     return ProgramSpec(kind, instructions, second, tool)
 
 
-def _answer_text(prediction: dspy.Prediction) -> str:
+def answer_text(answer: Any) -> str:
+    """A structured answer as the text a repair call is shown."""
+    if isinstance(answer, pydantic.BaseModel):
+        return answer.model_dump_json(indent=1)
     names = ("description", "kind", "main_step", "second_step", "tool", "profile")
-    return "\n".join(f"{n}: {getattr(prediction, n, '')}" for n in names if n in prediction.keys())
+    return "\n".join(f"{n}: {getattr(answer, n)}" for n in names if hasattr(answer, n))
 
 
 def _literal(text: str) -> str:

@@ -19,6 +19,7 @@ from dspy_adaptive.records import RowResult
 
 STATE = "state.json"
 EVALS = "evals.jsonl"
+SEED = "seed.json"      # written before the seed validation: which run the eval log's first rows belong to
 #: The layout of state.json this code writes and reads; a state of another version is refused on load.
 STATE_VERSION = 1
 
@@ -97,6 +98,22 @@ class CheckpointStore:
         """Rewrite the eval log to exactly the committed calls (drops uncommitted lines after a resume)."""
         lines = [json.dumps({"iter": it, "hash": h, "result": r.to_dict()}) for it, h, r in entries]
         atomic_write_text(self.dir / EVALS, "".join(line + "\n" for line in lines))
+
+    def start_seed(self, fingerprint: str, seed_hash: str) -> list[RowResult]:
+        """Before the seed validation of a run with no state yet: the seed rows an interrupted attempt of the
+        same run (same fingerprint) already scored, in log order; the eval log keeps exactly those (anything
+        else in it belonged to another run or to nothing committed)."""
+        marker = {"fingerprint": fingerprint, "seed_hash": seed_hash}
+        same = False
+        try:
+            same = json.loads((self.dir / SEED).read_text(encoding="utf-8")) == marker
+        except (OSError, json.JSONDecodeError):
+            pass
+        entries = [e for e in self.load_evals({0})[0] if e[1] == seed_hash] if same else []
+        latest = {res.row_id: (it, h, res) for it, h, res in entries}
+        self.rewrite_evals(list(latest.values()))
+        atomic_write_text(self.dir / SEED, json.dumps(marker))
+        return [res for _, _, res in latest.values()]
 
     def append_eval(self, iteration: int, candidate_hash: str, result: RowResult) -> None:
         line = json.dumps({"iter": iteration, "hash": candidate_hash, "result": result.to_dict()})

@@ -100,21 +100,36 @@ class SearchEngine:
         self._pending_spend = 0                   # scored calls of the proposal being folded
         self._val_by_id = {r.id: r for r in self.val}
         evaluator.schedule = reflector.schedule = self.schedule
-        if store is not None:
-            evaluator.on_new_result = store.append_eval
+        self._bar: Any = None                     # the progress bar while the loop runs
+        self._seed_done: dict[str, RowResult] = {}
+        evaluator.on_new_result = self._on_row
+
+    def _on_row(self, tag: int, key: str, result: RowResult) -> None:
+        """Each scored call as it completes: logged at once (a kill mid-batch hides nothing), shown on the bar."""
+        if self.store is not None:
+            self.store.append_eval(tag, key, result)
+        bar = self._bar
+        if bar is not None and bar.n < bar.total:
+            bar.update(1)
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> Archive:
-        if not len(self.archive):
-            self._validate_seed()
         bar = tqdm(total=self.budget.max_calls, desc="Adaptive-GEPA", unit="call", disable=not self.progress,
                    initial=min(self.budget.spent, self.budget.max_calls))
+        self._bar = bar
         try:
+            if not len(self.archive):
+                bar.set_postfix_str("validating the seed")
+                self._validate_seed()
+                bar.n = min(self.budget.spent, self.budget.max_calls)
+                bar.set_postfix_str("")
+                bar.refresh()
             if self.s.max_concurrent_proposals <= 1:
                 self._run_sequential(bar)
             else:
                 self._run_concurrent(bar)
         finally:
+            self._bar = None
             bar.close()
         self._checkpoint()   # the saved state also says why the run stopped
         return self.archive
@@ -244,8 +259,25 @@ class SearchEngine:
     def _seed_spent(self) -> int:
         return self.archive[0].discovered_at if len(self.archive) else 0
 
+    def restore_seed_rows(self, results: Sequence[RowResult]) -> None:
+        """Seed-validation rows an interrupted run already scored (and paid for): they are charged again to this
+        run's budget as spent, kept, and not run again."""
+        wanted = {r.id for r in self.val}
+        self._seed_done = {res.row_id: res for res in results if res.row_id in wanted}
+        if self._seed_done:
+            self.budget.charge("seed_validation", len(self._seed_done))
+            for res in self._seed_done.values():
+                self.evaluator.cache[(self.seed_library.content_hash, res.row_id)] = res
+                self.evaluator.note_fault(res)
+
     def _validate_seed(self) -> None:
-        results = self.evaluator.evaluate(self.seed_library, self.val, "seed_validation", tag=0)
+        """Score the seed on the whole validation set. Each row is logged as it completes, so an interrupted
+        seed validation resumes with the rows it has (see `restore_seed_rows`)."""
+        done = self._seed_done
+        todo = [r for r in self.val if r.id not in done]
+        fresh = {res.row_id: res for res in self.evaluator.evaluate(self.seed_library, todo, "seed_validation",
+                                                                    tag=0)} if todo else {}
+        results = tuple(done.get(r.id) or fresh[r.id] for r in self.val)
         self.archive.add(self.seed_library, (), "seed", results, self.budget.spent, 0)
         self.committed.add(0)
         self._checkpoint()
@@ -409,6 +441,7 @@ class SearchEngine:
             "idle_iterations": self.idle_iterations,
             "val_ids": [r.id for r in self.val], "max_calls": self.budget.max_calls, "seed": self.s.seed,
             "stop_reason": self.stop_reason, "reproducibility": self.reproducibility(),
+            "schedule": self.schedule.to_list(),
         }
 
     def reproducibility(self) -> str:
@@ -430,6 +463,7 @@ class SearchEngine:
         self.committed = set(state["committed"])
         self.lost_calls = state.get("lost_calls", 0)
         self.idle_iterations = state.get("idle_iterations", 0)
+        self.schedule.restore(state.get("schedule") or [])
 
     def _checkpoint(self) -> None:
         if self.store is not None:

@@ -29,6 +29,14 @@ class Schedule:
         with self._lock:
             self._steps.append(Step(kind, rows, max(depth, 1), start - self.origin, end - self.origin))
 
+    def restore(self, steps: list[dict]) -> None:
+        """Continue a resumed run's schedule: its earlier steps are kept and new steps follow its last one
+        (the time between the sessions is left out)."""
+        with self._lock:
+            self._steps = [Step(**s) for s in steps]
+            last = max((s.end for s in self._steps), default=0.0)
+            self.origin = time.perf_counter() - last
+
     def steps(self) -> list[Step]:
         with self._lock:
             return list(self._steps)

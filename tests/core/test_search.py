@@ -284,3 +284,56 @@ def test_the_result_is_built_from_the_saved_state(data, tmp_path):
     again = AdaptiveGEPAResult.from_state(state, row_results=evals, schedule=res.schedule, log_dir=str(tmp_path),
                                           sandbox=res.run.sandbox)
     assert again == res.run and res.run.sandbox["requested"]   # the run record behind detailed_results
+
+
+def test_an_interrupted_seed_validation_resumes_row_by_row(data, tmp_path):
+    """Ctrl-C during the seed validation loses nothing: the rows already scored are kept, charged once, and
+    not run again; the finished run equals an uninterrupted one."""
+    train, val = data
+    program = dspy.Predict("question -> answer")
+    calls = {"n": 0, "stop_at": None}
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        calls["n"] += 1
+        if calls["stop_at"] is not None and calls["n"] == calls["stop_at"]:
+            raise KeyboardInterrupt
+        return toy.metric(gold, pred, trace, pred_name, pred_trace)
+
+    def run(log_dir, **kw):
+        return AdaptiveGEPA(metric, reflection_lm=toy.reflection_lm(program_source=toy.WRONG_SOURCE, vary=True),
+                            max_metric_calls=60, reflection_minibatch_size=4, seed=3, use_merge=False,
+                            track_stats=True, progress=False, num_threads=1, log_dir=str(log_dir),
+                            **kw).compile(program, trainset=train, valset=val).detailed_results
+
+    full = run(tmp_path / "full")
+    calls.update(n=0, stop_at=6)                      # the 6th seed row is interrupted: 5 are done
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "resumed")
+    assert not (tmp_path / "resumed" / "state.json").exists()
+    calls.update(n=0, stop_at=None)
+    resumed = run(tmp_path / "resumed")
+    assert resumed.budget["by_kind"]["seed_validation"] == len(val)       # charged once per row
+    assert _archive_fingerprint(resumed) == _archive_fingerprint(full)
+    assert resumed.val_aggregate_scores == full.val_aggregate_scores
+    assert calls["n"] == full.total_metric_calls - 5                     # the 5 done rows were not re-run
+    assert json.loads((tmp_path / "resumed" / "run.json").read_text())["schedule"]   # the schedule is kept
+
+
+def test_a_different_run_in_the_same_log_dir_does_not_inherit_seed_rows(data, tmp_path):
+    train, val = data
+    calls = {"n": 0}
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return toy.metric(gold, pred, trace, pred_name, pred_trace)
+
+    with pytest.raises(KeyboardInterrupt):
+        AdaptiveGEPA(metric, reflection_lm=toy.reflection_lm(), max_metric_calls=30, num_threads=1, progress=False,
+                     log_dir=str(tmp_path)).compile(dspy.Predict("question -> answer"), trainset=train, valset=val)
+    res = optimizer(toy.reflection_lm(), max_metric_calls=30, log_dir=str(tmp_path), seed=99).compile(
+        dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
+    assert res.budget["by_kind"]["seed_validation"] == len(val)
+    evals = (tmp_path / "evals.jsonl").read_text().splitlines()
+    assert sum(1 for line in evals if json.loads(line)["iter"] == 0) == len(val)

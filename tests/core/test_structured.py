@@ -129,11 +129,11 @@ def spec_reflection():
         fields = call.output_fields
         if "action" in fields:
             return {"action": "activate", "slot": "1"}
-        if "kind" in fields:
+        if "activation" in fields:
             assert call.json_mode                      # structured calls ask for JSON (schema-constrained locally)
-            return {"description": toy.ARITH_DESCRIPTION, "kind": "chain_of_thought",
-                    "main_step": "Add the numbers in the question.", "second_step": "", "tool": "",
-                    "profile": "deep"}
+            return {"activation": {"description": toy.ARITH_DESCRIPTION, "kind": "chain_of_thought",
+                                   "main_step": "Add the numbers in the question.", "second_step": "", "tool": "",
+                                   "profile": "deep"}}
         raise AssertionError(f"a structured run asked for code: {fields}")
     return scripted_lm(respond, model="scripted/reflection")
 
@@ -192,9 +192,9 @@ def test_auto_search_switches_after_code_keeps_failing():
         fields = call.output_fields
         if "action" in fields:
             return {"action": "activate", "slot": "1"}
-        if "kind" in fields:
-            return {"description": toy.ARITH_DESCRIPTION, "kind": "predict", "main_step": "Add.",
-                    "second_step": "", "tool": "", "profile": "fast"}
+        if "activation" in fields:
+            return {"activation": {"description": toy.ARITH_DESCRIPTION, "kind": "predict", "main_step": "Add.",
+                                   "second_step": "", "tool": "", "profile": "fast"}}
         return "I cannot write Python, but here is an idea."        # code: prose, never parses
 
     with dspy.context(lm=toy.actor_lm()):
@@ -211,3 +211,31 @@ def test_proposal_format_is_checked():
     from dspy_adaptive.data import InputError
     with pytest.raises(InputError, match="proposal_format"):
         AdaptiveGEPA(toy.metric, reflection_lm=toy.reflection_lm(), max_metric_calls=10, proposal_format="json")
+
+
+def test_the_schema_bounds_every_text_so_a_grammar_cannot_ramble():
+    from dspy.adapters.json_adapter import _get_structured_outputs_response_format
+
+    from dspy_adaptive.lm.local import llama_response_format
+    from dspy_adaptive.reflection.structured import ActivateSlotSpec, RewriteProgramSpec
+
+    for signature, field in ((ActivateSlotSpec, "activation"), (RewriteProgramSpec, "shape")):
+        schema = llama_response_format(_get_structured_outputs_response_format(signature))["schema"]
+        ref = schema["properties"][field].get("$ref", "").rsplit("/", 1)[-1]
+        props = schema["$defs"][ref]["properties"]
+        strings = {k: v for k, v in props.items() if v.get("type") == "string" and "enum" not in v}
+        assert strings and all(v.get("maxLength") for v in strings.values()), props
+        assert set(props["kind"]["enum"]) == set(MODULE_KINDS)
+
+
+def test_an_overlong_structured_answer_is_repaired():
+    def respond(call):
+        if "action" in call.output_fields:
+            return {"action": "activate", "slot": "1"}
+        main = "Add. " * (1 if call.field("problem") else 400)           # too long the first time
+        return {"activation": {"description": toy.ARITH_DESCRIPTION, "kind": "predict", "main_step": main,
+                               "second_step": "", "tool": "", "profile": "fast"}}
+
+    edit = Reflector(scripted_lm(respond), input_names=("question",), output_names=("answer",),
+                     proposal_format="structured").propose(Library.empty(2), [], [])
+    assert not edit.rejected and [a.failure for a in edit.attempts] == [None, "unparseable", None]
