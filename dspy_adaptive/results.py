@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from dspy_adaptive.library import Library
 from dspy_adaptive.merge.census import budget_accounting, merge_census
-from dspy_adaptive.records import ACTIONS, REFLECTION_ERRORS, ProposalRecord, RowResult, slot_label
+from dspy_adaptive.records import ACTIONS, REFLECTION_ERRORS, ProposalRecord, RowResult, clip, slot_label
 from dspy_adaptive.search.archive import Archive, Candidate
 from dspy_adaptive.untrusted import md_cell, md_fence, md_text
 
@@ -128,8 +128,10 @@ def fault_summary(proposals: Iterable[ProposalRecord], row_results: Iterable[Row
     calls lost to interruptions. Counted from typed fields only."""
     results = list(row_results)
     by_kind = Counter(r.error_kind or "error" for r in results if r.error)
+    notes = Counter(clip(r.metric_note, 300) for r in results if r.metric_note)
     return {"failed_rollouts": sum(by_kind.values()), "failed_rollouts_by_type": dict(by_kind),
             "metric_faults": sum(1 for r in results if r.metric_note),
+            "metric_fault_notes": [[note, n] for note, n in notes.most_common(3)],
             "router_fallbacks": sum(1 for r in results if r.router_unparsed),
             "failed_reflections": sum(1 for p in proposals if p.failure in REFLECTION_ERRORS),
             "lost_to_interruptions": lost_calls}
@@ -145,6 +147,84 @@ def action_counts(proposals: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
         accepted[name] += int(p["accepted"])
     names = list(ACTIONS) + sorted(set(proposed) - set(ACTIONS))
     return {a: {"proposed": proposed[a], "accepted": accepted[a]} for a in names if proposed[a] or a in ACTIONS}
+
+
+#: How people read each FailureKind in the outcome table.
+FAILURE_WORDS = {
+    "selection_failed": "the action-selection LM call raised", "unknown_action": "not a known action",
+    "invalid_target": "impossible target slot", "edit_failed": "the edit's LM call raised",
+    "bad_output": "unusable answer (empty or invalid field)", "unparseable": "answer did not parse",
+    "truncated": "answer cut off at the token limit", "sandbox_rejected": "program refused by the sandbox",
+    "no_change": "changed nothing", "gate": "did not beat its parent on the minibatch",
+    "merge_gate": "merge scored below the stronger parent", "merge_copy": "merge identical to a parent",
+    "perfect": "parent already perfect on the minibatch", "stale": "parent left the front (concurrency)",
+}
+
+
+def outcome_of(p: Mapping[str, Any]) -> str:
+    """One proposal's outcome: accepted, failed the gate, rejected before the gate, or skipped."""
+    if p.get("accepted"):
+        return "accepted"
+    failure = p.get("failure")
+    if failure in ("gate", "merge_gate"):
+        return "failed the gate"
+    if failure in ("perfect", "stale", "merge_copy") or p.get("kind") == "skip":
+        return "skipped"
+    return "rejected before the gate"
+
+
+def proposal_outcomes(proposals: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Proposals counted by (outcome, failure kind), each with one sample reason and one sample of the
+    rejected answer (the last attempt's, or the refused source), plus how many were repaired."""
+    groups: dict[tuple[str, str | None], dict[str, Any]] = {}
+    order = ("accepted", "failed the gate", "rejected before the gate", "skipped")
+    for p in proposals:
+        key = (outcome_of(p), None if p.get("accepted") else p.get("failure"))
+        g = groups.setdefault(key, {"outcome": key[0], "failure": key[1], "count": 0, "repaired": 0,
+                                    "sample_reason": None, "sample_answer": None})
+        g["count"] += 1
+        details = p.get("details") or {}
+        g["repaired"] += int(bool(details.get("repairs")))
+        if g["sample_reason"] is None and p.get("reason"):
+            g["sample_reason"] = p["reason"]
+        if g["sample_answer"] is None and key[0] == "rejected before the gate":
+            answers = [a.get("answer") for a in details.get("attempts") or [] if a.get("answer")]
+            g["sample_answer"] = details.get("rejected_source") or (answers[-1] if answers else None)
+    return sorted(groups.values(), key=lambda g: (order.index(g["outcome"]), -g["count"], str(g["failure"])))
+
+
+def outcome_lines(r: "AdaptiveGEPAResult") -> list[str]:
+    """The proposals-by-outcome table, repairs, and one sample of a rejected answer (Markdown)."""
+    rows = proposal_outcomes(r.proposals)
+    repairs = sum(int((p.get("details") or {}).get("repairs") or 0) for p in r.proposals)
+    formats = Counter((p.get("details") or {}).get("format") for p in r.proposals)
+    formats.pop(None, None)
+    lines = ["", "## Proposals by outcome", "",
+             "| outcome | why | proposals | of them repaired |", "|---|---|---:|---:|"]
+    lines += [f"| {g['outcome']} | {md_cell(FAILURE_WORDS.get(g['failure'], g['failure'] or '-'))} | {g['count']} | "
+              f"{g['repaired']} |" for g in rows]
+    if not rows:
+        lines.append("| (no proposal was made) | - | 0 | 0 |")
+    lines += ["", f"Repair calls (reflection calls that answered a rejection with its reason; never scored "
+                  f"calls): {repairs}." + (" Program formats used: " + ", ".join(
+                      f"{k} {v}" for k, v in sorted(formats.items())) + "." if formats else "")]
+    rejected = [g for g in rows if g["outcome"] == "rejected before the gate" and g["sample_answer"]]
+    if rejected:
+        g = rejected[0]
+        lines += ["", f"One rejected answer ({md_text(FAILURE_WORDS.get(g['failure'], str(g['failure'])))}), "
+                      "as the reflection LM wrote it:", "", md_fence(str(g["sample_answer"])[:1500], "text"), "",
+                  "Its reason:", "", md_fence(str(g["sample_reason"] or "")[:600], "text")]
+    return lines
+
+
+def metric_fault_lines(faults: Mapping[str, Any] | None) -> list[str]:
+    """What the metric faults were: the most common notes (e.g. a judge cut off at its token limit)."""
+    notes = (faults or {}).get("metric_fault_notes") or []
+    if not notes:
+        return []
+    lines = ["", "What the metric faults were (each scored as a failure), most common first:", ""]
+    lines += [f"- {n} x: {md_text(note)}" for note, n in notes]
+    return lines
 
 
 # -- writing the record --------------------------------------------------------------------------------
@@ -277,6 +357,8 @@ def render_markdown(r: AdaptiveGEPAResult) -> str:
                       f"{f.get('metric_faults', 0)} metric faults, "
                       f"{f.get('failed_reflections', 0)} failed reflections, "
                       f"{f.get('lost_to_interruptions', 0)} scored calls lost to interruptions."]
+        lines += metric_fault_lines(f)
+    lines += outcome_lines(r)
     lines += usage_lines(r)
     lines += ["", *sandbox_markdown(r.sandbox)]
     routes = Counter(v for v in r.executed[r.best_idx].values())

@@ -95,6 +95,10 @@ def sandbox_record(pool: SandboxPool) -> dict[str, Any]:
         return {"error": f"{type(e).__name__}: {str(e)[:500]}"}
 
 
+class ResumeMismatchError(InputError):
+    """log_dir holds a run of another configuration, program or data: it is not resumed silently."""
+
+
 def _check_metric(metric: Callable) -> None:
     if not callable(metric):
         raise InputError(f"metric must be callable, got {type(metric).__name__}")
@@ -507,7 +511,7 @@ class AdaptiveGEPA(Teleprompter):
                 engine.run()
             failed = False
         finally:
-            evaluator.close()
+            evaluator.close(wait=not failed)   # interrupted: rows not started are dropped, not run first
             if store is not None:
                 store.close()
             if tracker and failed:
@@ -561,7 +565,7 @@ class AdaptiveGEPA(Teleprompter):
                 fingerprint: str) -> None:
         state = store.load_state()
         if state.get("fingerprint") != fingerprint:
-            raise InputError(
+            raise ResumeMismatchError(
                 f"log_dir {self.log_dir!r} holds a run with a different configuration, program or data "
                 "(its fingerprint differs). Refusing to resume it silently: use a new log_dir, or delete "
                 "the old one to start over.")

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, TypeVar
 
 import dspy
-from dspy.utils.callback import BaseCallback
 
+from dspy_adaptive.lm.finish import FinishWatch
 from dspy_adaptive.records import FailureKind, clip
 
 #: Failures a repair call may fix: the answer itself was unusable.
@@ -104,60 +104,6 @@ def with_repairs(stage: str, run: Callable[[RepairNote | None], T], max_repairs:
         attempts.append(Attempt(stage, n, None, None, ""))
         return value
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-# -- reading what the LM call returned -----------------------------------------------------------------------
-
-def finish_reason(entry: Any) -> str | None:
-    """The finish reason of one DSPy history entry: an lm15 Response (engine API), a litellm ModelResponse or
-    its dict form."""
-    response = entry.get("response") if isinstance(entry, dict) else None
-    if response is None:
-        return None
-    reason = getattr(response, "finish_reason", None)
-    if reason is not None:
-        return str(reason)
-    choices = response.get("choices") if isinstance(response, dict) else getattr(response, "choices", None)
-    if choices:
-        first = choices[0]
-        reason = first.get("finish_reason") if isinstance(first, dict) else getattr(first, "finish_reason", None)
-        return None if reason is None else str(reason)
-    return None
-
-
-def answer_text(entry: Any) -> str:
-    """The raw text of one DSPy history entry's first output."""
-    outputs = entry.get("outputs") if isinstance(entry, dict) else None
-    if not outputs:
-        return ""
-    first = outputs[0]
-    if isinstance(first, dict):
-        first = first.get("text") or ""
-    return str(first)
-
-
-class FinishWatch(BaseCallback):
-    """A DSPy callback that reads back the finish reason and raw text of every LM call made inside one
-    reflection call. Installed per call in the calling thread's DSPy context (next to the user's own
-    callbacks), it finds each call's history entry by the identity of the outputs DSPy hands the callback, so
-    it neither copies the LM nor confuses calls made by other threads. With DSPy's history disabled it sees
-    nothing, and truncation then goes undetected."""
-
-    def __init__(self) -> None:
-        self._instances: dict[str, Any] = {}
-        self.calls: list[tuple[str | None, str]] = []     # (finish reason, raw text) per LM call, in order
-
-    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
-        self._instances[call_id] = instance
-
-    def on_lm_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
-        history = getattr(self._instances.pop(call_id, None), "history", None)
-        if outputs is None or not isinstance(history, list):
-            return
-        for entry in reversed(history[-64:]):
-            if isinstance(entry, dict) and entry.get("outputs") is outputs:
-                self.calls.append((finish_reason(entry), answer_text(entry)))
-                return
 
 
 def truncation(watch: FinishWatch, max_tokens: Any) -> Rejection | None:

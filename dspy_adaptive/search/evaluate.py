@@ -68,9 +68,11 @@ class Evaluator:
         self._lock = threading.Lock()
         self.schedule = None  # a search.schedule.Schedule, when the caller wants the step record
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the row threads. `wait=False` (an interrupted search): rows not started yet are cancelled and
+        the caller does not wait for the ones running (their results are logged as they finish)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=wait, cancel_futures=not wait)
 
     def evaluate(self, library: Library, rows: Sequence[Row], kind: BudgetKind, tag: int = 0) -> tuple[RowResult, ...]:
         """Results for `rows` in order, executed in parallel and charged to `kind` (with `reuse_scores`, only

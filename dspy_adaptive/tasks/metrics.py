@@ -41,7 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import dspy
+from dspy.utils.exceptions import AdapterParseError
 
+from dspy_adaptive.lm.finish import FinishWatch, cut_off
 from dspy_adaptive.sandbox import tool_calls_of
 from dspy_adaptive.scoring import score_example
 from dspy_adaptive.tasks import EXTERNAL_REQUEST_FIELD, FAMILIES, MAX_CHECKED_CHARS, MAX_METRIC_CHARS, OUTPUT_FIELD
@@ -306,6 +308,10 @@ def judge_data(text: str, field_names: Sequence[str] = ()) -> str:
     return f"BEGIN DATA {mark}\n{body}\nEND DATA {mark}"
 
 
+class JudgeTruncatedError(RuntimeError):
+    """An LM judge's answer stopped at its token limit before its verdict."""
+
+
 class PupaQualityJudge(dspy.Signature):
     __doc__ = f"""You are comparing the quality of two responses, given a user query.
     Is response A at least as good as response B?
@@ -353,26 +359,37 @@ class PupaMetric:
         self.quality_judge = dspy.ChainOfThought(PupaQualityJudge)
         self.leakage_judge = dspy.ChainOfThought(PupaLeakageJudge)
 
-    def _judge_ctx(self):
-        kwargs: dict[str, Any] = {"trace": None}  # judge calls never enter the program's trace
+    def _judge(self, predictor: Any, **kwargs: Any) -> dspy.Prediction:
+        """One judge call (never in the program's trace). A judge answer cut off at its token limit raises
+        `JudgeTruncatedError`, which says so, instead of a bare parse error."""
+        watch = FinishWatch()
+        context: dict[str, Any] = {"trace": None, "callbacks": [*dspy.settings.callbacks, watch]}
         if self.judge_lm is not None:
-            kwargs["lm"] = self.judge_lm
-        return dspy.context(**kwargs)
+            context["lm"] = self.judge_lm
+        with dspy.context(**context):
+            try:
+                return predictor(**kwargs)
+            except AdapterParseError:
+                if not cut_off(watch):
+                    raise
+                lm = self.judge_lm or dspy.settings.lm
+                limit = (getattr(lm, "kwargs", None) or {}).get("max_tokens")
+                raise JudgeTruncatedError(
+                    f"the judge's answer was cut off at its token limit (max_tokens={limit}) before it gave a "
+                    "verdict: give the judge LM more max_tokens") from None
 
     def judge_quality(self, query: str, response: str, reference: str) -> bool:
         """The quality verdict (both responses shown as quoted data; the verdict is the typed field)."""
         mine, ref = judge_data(response, _JUDGE_FIELDS), judge_data(reference, _JUDGE_FIELDS)
-        with self._judge_ctx():
-            a = self.quality_judge(user_query=query, response_A=mine, response_B=ref).judgment is True
-            if not self.symmetric:
-                return a
-            b = self.quality_judge(user_query=query, response_A=ref, response_B=mine).judgment is True
+        a = self._judge(self.quality_judge, user_query=query, response_A=mine, response_B=ref).judgment is True
+        if not self.symmetric:
+            return a
+        b = self._judge(self.quality_judge, user_query=query, response_A=ref, response_B=mine).judgment is True
         return a or (a == b)
 
     def judge_leakage(self, pii: list[str], sent: str) -> int:
         """How many annotated items the sent text leaks (the text shown as quoted data; the typed count)."""
-        with self._judge_ctx():
-            n = self.leakage_judge(pii=pii, prompt=judge_data(sent, _JUDGE_FIELDS)).num_pii_leaked
+        n = self._judge(self.leakage_judge, pii=pii, prompt=judge_data(sent, _JUDGE_FIELDS)).num_pii_leaked
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"the leakage judge answered {type(n).__name__}, not an integer count")
         return max(0, n)

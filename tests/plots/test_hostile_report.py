@@ -97,9 +97,12 @@ def test_report_shows_hostile_text_inert_and_exact(run):
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
     assert not [h for h in headings if "Injected" in h or "Not a heading" in h]
     fences = [t for t in tokens if t.type == "fence"]
-    assert [f.content.rstrip("\n") for f in fences] == [
+    samples, library = fences[:-3], fences[-3:]     # a rejected answer and its reason, then the best library
+    assert [f.content.rstrip("\n") for f in library] == [
         visible_controls(best.router), visible_controls(HOSTILE_DESC), best.slot(1).program_source.rstrip("\n")]
-    assert [f.info for f in fences] == ["text", "text", "python"]
+    assert [f.info for f in library] == ["text", "text", "python"]
+    assert len(samples) == 2 and all(f.info == "text" for f in samples)
+    assert "ACCESS" in samples[0].content and "\\u202e" in samples[0].content   # shown, visibly and inert
 
 
 def test_notebook_tables_and_library_are_inert(run):

@@ -176,3 +176,16 @@ def test_over_long_responses_are_not_read(pupa):
                                                       external_request="z" * (MAX_CHECKED_CHARS + 1)))
     assert lm.scripted.calls == []                     # nothing over the cap reaches a judge
     assert out.quality == 0.0 and out.leaked == len(set(ex.pii_units)) and "not judged" in out.feedback
+
+
+def test_a_judge_cut_off_at_its_token_limit_says_so(pupa):
+    """A judge whose answer stops at max_tokens before its verdict: the metric fault names the cause and the
+    fix, instead of a bare parse error."""
+    from dspy_adaptive.testing import Reply
+
+    lm = scripted_lm(lambda call: Reply("[[ ## reasoning ## ]]\nLet me think about this at great length and",
+                                        finish_reason="length"), model="scripted/judge")
+    lm.kwargs["max_tokens"] = 64
+    res = score_example(lambda **inputs: dspy.Prediction(response="Fine answer."), pupa[0], PupaMetric(judge_lm=lm))
+    assert res.metric_note and "cut off at its token limit (max_tokens=64)" in res.metric_note
+    assert "JudgeTruncatedError" in res.metric_note
