@@ -52,11 +52,27 @@ def latest_run_dir(root: str | Path = "runs") -> Path | None:
     return records[-1].parent if records else None
 
 
+def run_record_dir(path: str | Path) -> Path:
+    """The directory holding run.json for `path`: the path itself, or the run inside a demo's --out folder
+    (`search/`) or any single folder below it; a clear error when there is none."""
+    root = Path(path).expanduser().resolve()
+    if (root / "run.json").is_file():
+        return root
+    if (root / "search" / "run.json").is_file():
+        return root / "search"
+    found = latest_run_dir(root)
+    if found is not None:
+        return found.resolve()
+    raise FileNotFoundError(f"no run.json in {root} or below it: give the log_dir of a finished run, or the demo's "
+                            "--out folder (rerun the demo to finish an interrupted run)")
+
+
 def resolve_run_dir(env_var: str = "RUN_DIR", search_from: str | Path | None = None) -> Path:
-    """`$RUN_DIR` if set, else the newest run under `runs/` in `search_from` (default cwd) or its parents."""
+    """`$RUN_DIR` if set (a log_dir, or a demo's --out folder holding search/), else the newest run under `runs/`
+    in `search_from` (default cwd) or its parents."""
     value = os.environ.get(env_var)
     if value:
-        return Path(value).expanduser().resolve()
+        return run_record_dir(value)
     start = Path(search_from or Path.cwd()).resolve()
     for base in (start, *start.parents):
         found = latest_run_dir(base / "runs")

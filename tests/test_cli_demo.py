@@ -27,3 +27,73 @@ def test_demo_writes_report_plots_program_and_library(tmp_path):
     before = (out / "search" / "state.json").read_text()
     main(["demo", "--out", str(out), "--actor-lm", "scripted", "--reflection-lm", "scripted", "--budget", "60"])
     assert json.loads((out / "search" / "state.json").read_text())["budget"] == json.loads(before)["budget"]
+
+
+def scripted(out, *extra):
+    main(["demo", "--out", str(out), "--actor-lm", "scripted", "--budget", "60", *extra])
+
+
+def test_the_scripted_tour_accepts_an_edit_and_the_report_explains_it(tmp_path):
+    out = tmp_path / "tour"
+    scripted(out)
+    report = (out / "report.md").read_text()
+    assert "## What happened" in report and "## Proposals by outcome" in report
+    assert "| accepted |" in report and "repair calls" in report
+    assert "paired requests (95% bootstrap interval" in report or "is the seed itself" in report
+    for png in ("learning_curve.png", "routing_heatmap.png", "lineage.png", "family_scores.png"):
+        assert f"]({png})" in report, png                               # every plot is linked
+    assert "hotpotqa" not in report.split("## Search record")[0]       # friendly family names
+    assert "multi-hop QA" in report
+
+
+def test_a_resumed_demo_keeps_its_wall_time_and_record(tmp_path):
+    out = tmp_path / "demo"
+    scripted(out)
+    first = json.loads((out / "demo.json").read_text())
+    schedule = json.loads((out / "search" / "run.json").read_text())["schedule"]
+    assert first["sessions"] == 1 and first["wall_seconds"] > 0 and schedule
+    scripted(out)
+    second = json.loads((out / "demo.json").read_text())
+    assert second["sessions"] == 2 and second["wall_seconds"] >= first["wall_seconds"]
+    assert json.loads((out / "search" / "run.json").read_text())["schedule"] == schedule
+    assert "over 2 sessions" in (out / "report.md").read_text()
+
+
+def run_cli(args, code=""):
+    import subprocess
+    import sys
+    prog = code + "from dspy_adaptive.cli import main; main(%r)" % (list(args),)
+    return subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+
+
+def test_ctrl_c_says_how_to_resume_without_a_traceback(tmp_path):
+    proc = run_cli(["demo", "--out", str(tmp_path / "d"), "--actor-lm", "scripted"],
+                   "import dspy_adaptive.demo.run as r\n"
+                   "def stop(config): raise KeyboardInterrupt\n"
+                   "r.run_demo = stop\n")
+    assert proc.returncode == 130
+    assert "interrupted — rerun the same command to resume" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_errors_name_the_option_the_user_typed(tmp_path):
+    a_file = tmp_path / "report.txt"
+    a_file.write_text("x")
+    proc = run_cli(["demo", "--out", str(a_file), "--actor-lm", "scripted"])
+    assert proc.returncode == 2 and f"--out {a_file} is a file" in proc.stderr and "Traceback" not in proc.stderr
+    out = tmp_path / "demo"
+    scripted(out)
+    proc = run_cli(["demo", "--out", str(out), "--actor-lm", "scripted", "--budget", "60", "--max-specialists", "2"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--out {out} holds a demo run with another configuration" in proc.stderr
+    proc = run_cli(["demo", "--out", str(tmp_path / "x"), "--actor-lm", "local:/no/such.gguf"])
+    assert proc.returncode == 2 and "--actor-lm local:/no/such.gguf: no GGUF file" in proc.stderr
+    proc = run_cli(["demo", "--out", str(tmp_path / "x"), "--budget", "0"])
+    assert proc.returncode == 2 and "--budget must be at least 1" in proc.stderr
+
+
+def test_demo_help_documents_the_command():
+    proc = run_cli(["demo", "--help"])
+    assert proc.returncode == 0
+    for words in ("Ctrl-C", "resume", "report.md", "--proposal-format", "3-second tour", "notebooks/explore_run"):
+        assert words in proc.stdout, words

@@ -51,6 +51,7 @@ class DemoConfig:
         threads: evaluation threads.
         max_tokens: actor max tokens per call.
         reflection_max_tokens: reflection max tokens per call.
+        judge_max_tokens: PUPA judge max tokens per call.
         seed: the search's random seed.
         max_idle: stop after this many iterations in a row that spend no scored call.
         proposal_format: "code", "structured" or "auto" (see AdaptiveGEPA); None: "structured" when the
@@ -69,6 +70,7 @@ class DemoConfig:
     threads: int = 2
     max_tokens: int = 256
     reflection_max_tokens: int = 700
+    judge_max_tokens: int = 384
     seed: int = 0
     max_idle: int = 6
     proposal_format: str | None = None
@@ -115,13 +117,89 @@ def family_means(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     return {f: sum(v) / len(v) for f, v in sorted(fams.items())}
 
 
+def check_lm_spec(option: str, spec: str | None) -> None:
+    """An LM option names a model we can load: a local GGUF path that exists, the bundled model (its package
+    installed), or a litellm model string."""
+    if spec is None or spec == "scripted":
+        if spec == "scripted" and option != "--actor-lm":
+            raise DemoError(f"{option} scripted: 'scripted' is set with --actor-lm and scripts every role")
+        return
+    if spec == "local" or spec.startswith("local:"):
+        path = spec.partition(":")[2]
+        if path and not Path(path).is_file():
+            raise DemoError(f"{option} {spec}: no GGUF file at {path}")
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError:
+            raise DemoError(f"{option} {spec} needs llama-cpp-python: pip install -e \".[local]\" (it compiles "
+                            "llama.cpp the first time, about 7-8 minutes), or give a litellm model string") from None
+        return
+    if not spec.strip() or any(c.isspace() for c in spec):
+        raise DemoError(f"{option} {spec!r} is not a model name: use 'local', 'local:/path.gguf', a litellm model "
+                        "string such as openai/gpt-4.1-mini, or 'scripted'")
+
+
 def _lm(spec: str, **kwargs: Any) -> dspy.LM:
     from dspy_adaptive.lm import make_lm
     return make_lm(spec, **kwargs)
 
 
+class DemoError(ValueError):
+    """A demo option is unusable: the message names the option as the user typed it."""
+
+
+STATE_FILE = "demo.json"     # wall time across sessions, so a resumed run reports the whole run's time
+
+
+def check_out(out: Path) -> None:
+    """`--out` must be a directory we can write (created when missing)."""
+    if out.exists() and not out.is_dir():
+        raise DemoError(f"--out {out} is a file; give a directory (it is created if it does not exist)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DemoError(f"--out {out} cannot be created ({e.strerror or e}); give a directory you can write to") \
+            from None
+
+
+class WallClock:
+    """The demo's wall time, summed over every session of the same --out (resumes included)."""
+
+    def __init__(self, out: Path):
+        self.path = out / STATE_FILE
+        try:
+            saved = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            saved = {}
+        self.before = float(saved.get("wall_seconds", 0.0)) if isinstance(saved, dict) else 0.0
+        self.sessions = int(saved.get("sessions", 0)) + 1 if isinstance(saved, dict) else 1
+        self.started = time.perf_counter()
+
+    @property
+    def total(self) -> float:
+        return self.before + time.perf_counter() - self.started
+
+    def save(self) -> None:
+        self.path.write_text(json.dumps({"wall_seconds": round(self.total, 1), "sessions": self.sessions}),
+                             encoding="utf-8")
+
+
 def run_demo(config: DemoConfig) -> Path:
-    """Run (or resume) the demo; returns the output directory."""
+    """Run (or resume) the demo; returns the output directory. Ctrl-C keeps everything scored so far: rerun
+    the same command to resume."""
+    out = Path(config.out)
+    check_out(out)
+    clock = WallClock(out)
+    if clock.sessions > 1 and (out / "search").exists():
+        print(f"[demo] resuming the run in {out} (session {clock.sessions}; "
+              f"{clock.before / 60:.1f} min so far)")
+    try:
+        return _run_demo(config, out, clock)
+    finally:
+        clock.save()
+
+
+def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
     from dspy_adaptive import AdaptiveGEPA, RoutedProgram, load_run
     from dspy_adaptive.analysis import write_labels
     from dspy_adaptive.demo.mixture import demo_corpus_path
@@ -130,11 +208,9 @@ def run_demo(config: DemoConfig) -> Path:
     from dspy_adaptive.tasks.programs import SeedProgram
     from dspy_adaptive.tasks.retrieval import make_search_tool
     from dspy_adaptive.tasks.sampler import FamilyBalancedSampler
+    from dspy_adaptive.teleprompter import ResumeMismatchError
 
     c = config
-    out = Path(c.out)
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
     train, val, test = demo_examples()
     if c.actor_lm == "scripted":  # tests: deterministic scripted LMs for every role
         from dspy_adaptive.testing import ScriptedWorld, scripted_lm
@@ -142,10 +218,13 @@ def run_demo(config: DemoConfig) -> Path:
         fast = deep = scripted_lm(world.actor, model="scripted/actor")
         reflection, judge = scripted_lm(world.reflection), scripted_lm(world.judge)
     else:
+        for option, spec in (("--actor-lm", c.actor_lm), ("--reflection-lm", c.reflection_lm),
+                             ("--judge-lm", c.judge_lm)):
+            check_lm_spec(option, spec)
         fast = _lm(c.actor_lm, temperature=0.3, max_tokens=c.max_tokens)
         deep = _lm(c.actor_lm, temperature=0.6, max_tokens=c.max_tokens)
         reflection = _lm(c.reflection_lm, temperature=1.0, max_tokens=c.reflection_max_tokens)
-        judge = _lm(c.judge_lm or c.actor_lm, temperature=0.0, max_tokens=256)
+        judge = _lm(c.judge_lm or c.actor_lm, temperature=0.0, max_tokens=c.judge_max_tokens)
     metric = MixtureMetric(judge_lm=judge)
     search = make_search_tool(backend="bm25", corpus_path=demo_corpus_path())
     seed = SeedProgram()
@@ -160,7 +239,11 @@ def run_demo(config: DemoConfig) -> Path:
         fast_lm=fast, deep_lm=deep, tools=[search], log_dir=str(out / "search"), track_stats=True, seed=c.seed,
         max_idle_iterations=c.max_idle, proposal_format=c.resolved_format(),
         max_repair_attempts=c.max_repair_attempts)
-    routed = optimizer.compile(seed, trainset=train, valset=val)
+    try:
+        routed = optimizer.compile(seed, trainset=train, valset=val)
+    except ResumeMismatchError:
+        raise DemoError(f"--out {out} holds a demo run with another configuration (other options or model); "
+                        f"use a new --out, or delete {out} to start over") from None
     write_labels({e.id: e.family for e in val}, out / "search")
     result = load_run(out / "search")
 
@@ -172,23 +255,31 @@ def run_demo(config: DemoConfig) -> Path:
         tests["seed"] = evaluate_on(base, test, metric, "test: seed", c.threads)
         cached.write_text(json.dumps(tests, indent=1))
     if tests.get("optimized_hash") != key:
-        tests["optimized"] = evaluate_on(routed, test, metric, "test: optimized", c.threads)
+        if result.best_idx == 0:      # the search kept the seed: its test scores are the seed's, not re-run
+            tests["optimized"] = tests["seed"]
+        else:
+            tests["optimized"] = evaluate_on(routed, test, metric, "test: optimized", c.threads)
         tests["optimized_hash"] = key
         cached.write_text(json.dumps(tests, indent=1))
 
     routed.save(str(out / "routed.json"))
     routed.export(out / "library")
-    test_labels = {r["id"]: r["family"] for r in tests["optimized"]}
+    test_labels = {r["id"]: friendly(r["family"]) for r in tests["optimized"]}
     plot_learning_curve(result, out / "learning_curve.png")
     plot_lineage(result, out / "lineage.png")
-    plot_family_scores(result, {e.id: e.family for e in val}, out / "family_scores.png")
+    plot_family_scores(result, {e.id: friendly(e.family) for e in val}, out / "family_scores.png")
     plot_routing_heatmap(_with_test_routes(result, tests["optimized"]), test_labels, out / "routing_heatmap.png",
                          candidate=result.best_idx, split="test")
-    wall = time.perf_counter() - started
-    (out / "report.md").write_text(render_report(result, tests, c, wall), encoding="utf-8")
+    (out / "report.md").write_text(render_report(result, tests, c, clock.total, clock.sessions), encoding="utf-8")
     routed.close()
-    print(f"[demo] done in {wall / 60:.1f} min; report: {out / 'report.md'}")
+    print(f"[demo] done in {clock.total / 60:.1f} min"
+          + (f" over {clock.sessions} sessions" if clock.sessions > 1 else "") + f"; report: {out / 'report.md'}")
     return out
+
+
+def friendly(family: str) -> str:
+    """A family's name as people read it ("multi-hop QA", not "hotpotqa")."""
+    return FAMILY_NAMES.get(family, family)
 
 
 def _with_test_routes(result: Any, rows: Sequence[dict[str, Any]]) -> Any:
@@ -198,7 +289,70 @@ def _with_test_routes(result: Any, rows: Sequence[dict[str, Any]]) -> Any:
     return replace(result, executed=executed)
 
 
-def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: float) -> str:
+def paired_gain(seed_rows: Sequence[dict[str, Any]], opt_rows: Sequence[dict[str, Any]],
+              seed: int = 0) -> dict[str, Any]:
+    """The optimized-minus-seed test difference, paired by request: mean, a bootstrap 95% interval
+    (scipy.stats.bootstrap over the paired differences), and whether the interval excludes 0."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    seed_by = {r["id"]: r["score"] for r in seed_rows}
+    diffs = np.array([r["score"] - seed_by[r["id"]] for r in opt_rows if r["id"] in seed_by], dtype=float)
+    if len(diffs) == 0:
+        return {"n": 0, "mean": 0.0, "low": 0.0, "high": 0.0, "real": False}
+    mean = float(diffs.mean())
+    if np.allclose(diffs, diffs[0]):
+        low = high = mean
+    else:
+        ci = bootstrap((diffs,), np.mean, confidence_level=0.95, n_resamples=2000, method="percentile",
+                       random_state=seed).confidence_interval
+        low, high = float(ci.low), float(ci.high)
+    return {"n": int(len(diffs)), "mean": mean, "low": low, "high": high,
+            "real": bool(low > 0 or high < 0)}
+
+
+def gain_sentence(gain: dict[str, Any], same_program: bool) -> str:
+    if same_program:
+        return ("The optimized program is the seed itself (no edit beat it on validation), so test did not move; "
+                "its test scores are the seed's.")
+    if gain["n"] == 0:
+        return "No test rows to compare."
+    verdict = ("above the noise of this split: the interval excludes 0" if gain["real"] else
+               "within the noise of this split: the interval includes 0, so this run does not show a real change")
+    return (f"Test mean changed by {100 * gain['mean']:+.1f} points over {gain['n']} paired requests (95% bootstrap "
+            f"interval {100 * gain['low']:+.1f} to {100 * gain['high']:+.1f}): {verdict}.")
+
+
+def what_happened(result: Any) -> list[str]:
+    """The search in plain words: proposals by outcome, repairs, and why nothing moved when nothing did."""
+    from dspy_adaptive.results import proposal_outcomes
+
+    rows = proposal_outcomes(result.proposals)
+    count = {o: sum(g["count"] for g in rows if g["outcome"] == o)
+             for o in ("accepted", "failed the gate", "rejected before the gate", "skipped")}
+    repairs = sum(int((p.get("details") or {}).get("repairs") or 0) for p in result.proposals)
+    lines = [f"{sum(count.values())} proposals: {count['accepted']} accepted into the archive, "
+             f"{count['failed the gate']} reached the minibatch gate and failed it, "
+             f"{count['rejected before the gate']} were rejected before the gate, {count['skipped']} skipped; "
+             f"{repairs} repair calls. The table under 'Proposals by outcome' below says why each was rejected."]
+    if count["accepted"] == 0:
+        if count["failed the gate"]:
+            lines.append("Nothing was accepted: the proposals that ran scored no better than their parent on their "
+                         "minibatch (the gate needs a strict gain), so the optimized program is the seed.")
+        elif count["rejected before the gate"]:
+            lines.append("Nothing was accepted: no proposal got past the checks before the gate (see the reasons "
+                         "below); a stronger reflection model, or --proposal-format structured, helps.")
+    faults = result.faults or {}
+    if faults.get("metric_faults"):
+        notes = "; ".join(f"{n} x {note}" for note, n in faults.get("metric_fault_notes") or [])
+        lines.append(f"{faults['metric_faults']} scored calls were metric faults, scored as failures ({notes}).")
+    if faults.get("failed_rollouts"):
+        kinds = ", ".join(f"{k} {v}" for k, v in (faults.get("failed_rollouts_by_type") or {}).items())
+        lines.append(f"{faults['failed_rollouts']} rollouts failed at run time and scored 0 ({kinds}).")
+    return lines
+
+
+def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: float, sessions: int = 1) -> str:
     from dspy_adaptive.analysis import majority_mapping_agreement
     from dspy_adaptive.results import render_markdown
 
@@ -208,16 +362,23 @@ def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: 
     def mean(d: dict[str, float]) -> float:
         return sum(d.values()) / len(d)
 
+    same = result.best_idx == 0
+    gain = paired_gain(tests["seed"], tests["optimized"])
+    over = f" over {sessions} sessions (resumed {sessions - 1}x)" if sessions > 1 else ""
     lines = ["# Adaptive-GEPA demo (offline, built-in mini mixture)", "",
-             f"Actor/router/judge: {md_code(config.actor_lm)}; reflection: {md_code(config.reflection_lm)}. Wall time "
-             f"{wall / 60:.1f} min. Budget {result.budget['spent']} of {result.budget['max']} scored calls "
-             f"(stopped: {result.stop_reason}).", "",
-             "A 135M-parameter local model cannot write useful programs or judge well: expect few or no accepted "
-             "edits. The point of this run is that every part of the system really runs, offline. Real "
-             "optimisation quality needs a capable reflection model (see the README).", "",
-             "## Test scores (×100)", "",
-             "| program | " + " | ".join(FAMILY_NAMES.get(f, f) for f in fams) + " | family mean |",
-             "|---|" + "---:|" * (len(fams) + 1)]
+             f"Actor/router/judge: {md_code(config.actor_lm)}; reflection: {md_code(config.reflection_lm)} "
+             f"(proposal format {md_code(config.resolved_format())}, up to {config.max_repair_attempts} repair "
+             f"call(s) per rejected answer). Wall time {wall / 60:.1f} min{over}. Budget "
+             f"{result.budget['spent']} of {result.budget['max']} scored calls (stopped: {result.stop_reason}).", "",
+             "## What happened", ""]
+    lines += [f"- {line}" for line in what_happened(result)]
+    lines += [f"- {gain_sentence(gain, same)}", "",
+              "A 135M-parameter local model is a weak judge and reflection model: accepted edits are few and test "
+              "gains within the noise are expected. The point of this run is that every part of the system really "
+              "runs, offline; real optimisation quality needs a capable reflection model (see the README).", "",
+              "## Test scores (×100)", "",
+              "| program | " + " | ".join(friendly(f) for f in fams) + " | family mean |",
+              "|---|" + "---:|" * (len(fams) + 1)]
     for name, m in (("seed (fallback only)", seed_m), ("optimized", opt_m)):
         lines.append(f"| {name} | " + " | ".join(f"{100 * m[f]:.1f}" for f in fams) + f" | {100 * mean(m):.1f} |")
     table: dict[str, dict] = {}
@@ -229,16 +390,22 @@ def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: 
     lines += ["", f"## Routing on test (post-hoc majority-family agreement {overall:.1f}%)", "",
               "| family | " + " | ".join(slot_label(k) for k in slots) + " |", "|---|" + "---:|" * len(slots)]
     for f in fams:
-        lines.append(f"| {FAMILY_NAMES.get(f, f)} | "
+        lines.append(f"| {friendly(f)} | "
                      + " | ".join(str(table.get(f, {}).get(k, 0)) for k in slots) + " |")
     lines += ["", "## Validation", "",
               f"Seed validation mean {result.val_aggregate_scores[0]:.3f}; best #{result.best_idx} "
               f"{result.val_aggregate_scores[result.best_idx]:.3f}; {len(result.candidates)} candidates archived.",
-              "", "![learning curve](learning_curve.png) ![routing](routing_heatmap.png) ![lineage](lineage.png)", ""]
+              "", "## Plots", "",
+              "- [learning curve](learning_curve.png): validation mean of every candidate against scored calls",
+              "- [routing heat-map](routing_heatmap.png): where each family's test requests went",
+              "- [lineage](lineage.png): which candidate came from which",
+              "- [per-family validation scores](family_scores.png): the seed next to the best candidate", "",
+              "![learning curve](learning_curve.png) ![routing](routing_heatmap.png) ![lineage](lineage.png) "
+              "![family scores](family_scores.png)", ""]
     body = render_markdown(result).split("\n", 1)[1]   # drop its title
     lines += ["## Search record", body]
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["DemoConfig", "FAMILY_NAMES", "demo_examples", "evaluate_on", "family_means", "render_report",
-           "run_demo"]
+__all__ = ["DemoConfig", "DemoError", "FAMILY_NAMES", "demo_examples", "evaluate_on", "family_means", "friendly",
+           "render_report", "run_demo", "paired_gain"]

@@ -95,3 +95,14 @@ def test_markdown_helpers(result):
     rows = analysis.proposals_by_action(result)
     assert ["merge", 1, 1, "100%"] in rows and ["rewrite_router", 1, 0, "0%"] in rows and rows[-1][0] == "(skip)"
     assert len(analysis.proposal_rows(result)) == 6
+
+
+def test_a_demo_out_folder_opens_its_search_run(tmp_path, monkeypatch):
+    run_dir = write_run_record(make_result(), tmp_path / "demo" / "search")
+    monkeypatch.setenv("RUN_DIR", str(tmp_path / "demo"))
+    assert analysis.resolve_run_dir() == run_dir.resolve()
+    monkeypatch.setenv("RUN_DIR", str(run_dir))
+    assert analysis.resolve_run_dir() == run_dir.resolve()
+    monkeypatch.setenv("RUN_DIR", str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match="--out folder"):
+        analysis.resolve_run_dir()
