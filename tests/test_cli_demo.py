@@ -38,7 +38,9 @@ def test_the_scripted_tour_accepts_an_edit_and_the_report_explains_it(tmp_path):
     scripted(out)
     report = (out / "report.md").read_text()
     assert "## What happened" in report and "## Proposals by outcome" in report
-    assert "| accepted |" in report and "repair calls" in report
+    accepted = [line for line in report.splitlines() if line.startswith("| accepted | - |")]
+    assert accepted and int(accepted[0].split("|")[3]) >= 1, report      # the tour shows the accept path
+    assert "repair calls" in report and "scripted tour" in report
     assert "paired requests (95% bootstrap interval" in report or "is the seed itself" in report
     for png in ("learning_curve.png", "routing_heatmap.png", "lineage.png", "family_scores.png"):
         assert f"]({png})" in report, png                               # every plot is linked

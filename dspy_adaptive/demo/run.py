@@ -79,6 +79,8 @@ class DemoConfig:
     def resolved_format(self) -> str:
         if self.proposal_format is not None:
             return self.proposal_format
+        if self.actor_lm == "scripted":
+            return "code"               # the scripted world writes specialist source
         return "structured" if self.reflection_lm.startswith("local") else "auto"
 
 
@@ -340,8 +342,10 @@ def what_happened(result: Any) -> list[str]:
             lines.append("Nothing was accepted: the proposals that ran scored no better than their parent on their "
                          "minibatch (the gate needs a strict gain), so the optimized program is the seed.")
         elif count["rejected before the gate"]:
+            structured = any((p.get("details") or {}).get("format") == "structured" for p in result.proposals)
             lines.append("Nothing was accepted: no proposal got past the checks before the gate (see the reasons "
-                         "below); a stronger reflection model, or --proposal-format structured, helps.")
+                         "below); a stronger reflection model helps" +
+                         ("." if structured else ", and so does --proposal-format structured."))
     faults = result.faults or {}
     if faults.get("metric_faults"):
         notes = "; ".join(f"{n} x {note}" for note, n in faults.get("metric_fault_notes") or [])
@@ -372,10 +376,17 @@ def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: 
              f"{result.budget['spent']} of {result.budget['max']} scored calls (stopped: {result.stop_reason}).", "",
              "## What happened", ""]
     lines += [f"- {line}" for line in what_happened(result)]
-    lines += [f"- {gain_sentence(gain, same)}", "",
-              "A 135M-parameter local model is a weak judge and reflection model: accepted edits are few and test "
-              "gains within the noise are expected. The point of this run is that every part of the system really "
-              "runs, offline; real optimisation quality needs a capable reflection model (see the README).", "",
+    lines += [f"- {gain_sentence(gain, same)}", ""]
+    if config.actor_lm == "scripted":
+        lines += ["This was the scripted tour: deterministic scripted LMs play every role, so the accept path "
+                  "(propose, gate, validate, archive, route) runs in seconds; the scores say nothing about a model.",
+                  ""]
+    elif config.reflection_lm.startswith("local"):
+        lines += ["A 135M-parameter local model is a weak judge and reflection model: accepted edits are few and "
+                  "test gains within the noise are expected. The point of this run is that every part of the system "
+                  "really runs, offline; real optimisation quality needs a capable reflection model (see the "
+                  "README).", ""]
+    lines += [
               "## Test scores (×100)", "",
               "| program | " + " | ".join(friendly(f) for f in fams) + " | family mean |",
               "|---|" + "---:|" * (len(fams) + 1)]

@@ -199,8 +199,8 @@ class Reflector:
         self.rewrite_program = dspy.Predict(sig.RewriteProgram)
         self.rewrite_description = dspy.Predict(sig.RewriteDescription)
         self.rewrite_router = dspy.Predict(sig.RewriteRouter)
-        self.activate_spec = dspy.Predict(structured.ActivateSlotSpec)
-        self.rewrite_program_spec = dspy.Predict(structured.RewriteProgramSpec)
+        activate_spec, rewrite_spec = structured.signatures_for(self.tools)
+        self.activate_spec, self.rewrite_program_spec = dspy.Predict(activate_spec), dspy.Predict(rewrite_spec)
         self._local = threading.local()   # the current proposal's images (concurrent proposals: one per thread)
 
     def set_output_names(self, output_names: Sequence[str]) -> None:

@@ -43,7 +43,6 @@ INSTRUCTION_CHARS = 4000     # one instruction text in a generated program (the 
 
 DEFAULT_CHECK = ("Check the draft against the request: fix any error or unmet requirement, then give the final "
                  "answer.")
-DEFAULT_QUERY = "Write one short search query for the information the request needs."
 
 
 @dataclass(frozen=True)
@@ -85,9 +84,9 @@ KIND_DESC = ("the program's shape: predict (one direct step), chain_of_thought (
              "answer), retrieve_then_answer (write a search query, search with the tool, answer from the "
              "passages), draft_and_check (draft an answer, then a second step checks and fixes it)")
 INSTRUCTIONS_DESC = "the instructions of the main (answering or drafting) step: how to handle these requests"
-SECOND_DESC = ("retrieve_then_answer: how to write the search query; draft_and_check: what the checking step "
-               "verifies and fixes; otherwise empty")
-TOOL_DESC = "retrieve_then_answer only: the name of the tool to search with (see the contract); otherwise empty"
+SECOND_DESC = ("retrieve_then_answer: how to write one more search query (the request itself is always searched); "
+               "draft_and_check: what the checking step verifies and fixes; otherwise empty")
+TOOL_DESC = "retrieve_then_answer only: the name of the tool to search with (see the contract); otherwise none"
 
 # Length bounds are part of the JSON schema: a grammar-constrained local model cannot ramble past them into its
 # token limit, and a hosted model's longer answer fails validation and is repaired.
@@ -144,6 +143,22 @@ class RewriteProgramSpec(dspy.Signature):
     shape: ProgramShape = dspy.OutputField(desc="the new program's specification")
 
 
+NO_TOOL = "none"
+
+
+def signatures_for(tools: Sequence[str]) -> tuple[type[dspy.Signature], type[dspy.Signature]]:
+    """(ActivateSlotSpec, RewriteProgramSpec) whose `tool` is an enum of the run's tools and "none", so a
+    schema-constrained model can only name a tool that exists (the plain signatures above accept any text and
+    `spec_from` checks it)."""
+    choice = Literal[(*tools, NO_TOOL)]  # type: ignore[valid-type]
+    tool_field = (choice, pydantic.Field(description=TOOL_DESC))
+    shape = pydantic.create_model("ProgramShape", __base__=ProgramShape, tool=tool_field)
+    activation = pydantic.create_model("Activation", __base__=Activation, tool=tool_field)
+    activate = ActivateSlotSpec.with_updated_fields("activation", type_=activation)
+    rewrite = RewriteProgramSpec.with_updated_fields("shape", type_=shape)
+    return activate, rewrite
+
+
 def spec_contract_text(contract: Contract) -> str:
     """The contract as the structured calls read it."""
     tools = (", ".join(contract.tools) + " (each takes a query string and returns passages)") if contract.tools \
@@ -164,6 +179,7 @@ def spec_from(answer: Any, contract: Contract) -> ProgramSpec:
     if not instructions:
         raise Rejection("bad_output", "main_step is empty: write how the main step handles the requests", text)
     tool = str(getattr(answer, "tool", "") or "").strip().strip("`'\"").rstrip("()")
+    tool = "" if tool.lower() == NO_TOOL else tool
     if kind == "retrieve_then_answer":
         if not contract.tools:
             raise Rejection("bad_output", "retrieve_then_answer needs a tool and this run has none: choose "
@@ -223,15 +239,20 @@ def render(spec: ProgramSpec, contract: Contract, profile: str | None = None) ->
         body = [f"out = self.solve({call})"]
     elif spec.kind == "retrieve_then_answer":
         query, passages = _fresh("query", taken), _fresh("passages", taken)
-        init = [f"self.ask = dspy.Predict({(', '.join(ins) + ' -> ' + query)!r}, "
-                f"instructions={_literal(spec.second_step or DEFAULT_QUERY)})",
-                f"self.solve = dspy.ChainOfThought({(', '.join(ins + [passages]) + ' -> ' + ', '.join(outs))!r}, "
-                f"instructions={_literal(spec.instructions)})"]
         arg = contract.query_arg(spec.tool)
         if not arg.isidentifier() or arg.startswith("_"):
             raise ValueError(f"{arg!r} is not a plain parameter name")
-        body = [f"found = {spec.tool}({arg}=str(self.ask({call}).{query}))",
-                f"out = self.solve({call}, {passages}=str(found))"]
+        request = " + ' ' + ".join(f"str({i})" for i in ins)
+        init = [f"self.solve = dspy.ChainOfThought({(', '.join(ins + [passages]) + ' -> ' + ', '.join(outs))!r}, "
+                f"instructions={_literal(spec.instructions)})"]
+        body = [f"found = list({spec.tool}({arg}={request}))"]   # the request itself is the first query
+        if spec.second_step:                                     # and a written query adds what it finds
+            init.insert(0, f"self.ask = dspy.Predict({(', '.join(ins) + ' -> ' + query)!r}, "
+                           f"instructions={_literal(spec.second_step)})")
+            body += [f"for item in {spec.tool}({arg}=str(self.ask({call}).{query})):",
+                     "    if item not in found:",
+                     "        found.append(item)"]
+        body += [f"out = self.solve({call}, {passages}=str(found))"]
     else:  # draft_and_check
         draft = _fresh("draft", taken)
         init = [f"self.draft = dspy.ChainOfThought({(', '.join(ins) + ' -> ' + draft)!r}, "

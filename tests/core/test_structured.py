@@ -12,7 +12,15 @@ from dspy_adaptive.profiles import declared_profile
 from dspy_adaptive.records import ProposalRecord
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.reflection.repair import Rejection
-from dspy_adaptive.reflection.structured import MODULE_KINDS, Contract, ProgramSpec, choose_format, render, spec_from
+from dspy_adaptive.reflection.structured import (
+    MODULE_KINDS,
+    Contract,
+    ProgramSpec,
+    choose_format,
+    render,
+    signatures_for,
+    spec_from,
+)
 from dspy_adaptive.sandbox import compile_program
 from dspy_adaptive.testing import scripted_lm
 from tests.core import toy
@@ -65,7 +73,7 @@ def test_field_names_the_task_already_uses_are_not_reused():
         render(ProgramSpec("predict", "x"), Contract(("a; import os",), ("answer",)))
 
 
-def rendered_runs(kind: str, tool_calls: list[str]):
+def rendered_runs(kind: str, tool_calls: list[str], second: str = ""):
     def respond(call):
         if "slot" in call.output_fields:
             return {"slot": "1"}
@@ -80,7 +88,7 @@ def rendered_runs(kind: str, tool_calls: list[str]):
         return ["Paris | the capital of France"]
 
     lm = scripted_lm(respond)
-    spec = ProgramSpec(kind, "Answer the question.", tool="search" if kind == "retrieve_then_answer" else "")
+    spec = ProgramSpec(kind, "Answer the question.", second, tool="search" if kind == "retrieve_then_answer" else "")
     source = render(spec, Contract(("question",), ("answer",), ("search",)), "fast")
     lib = Library.empty(2).with_slot(1, Slot().activated("everything", source, "fast"))
     rp = RoutedProgram(dspy.Predict("question -> answer"), lib, fast_lm=lm, deep_lm=lm, tools=[search])
@@ -97,7 +105,10 @@ def test_every_kind_runs_in_the_sandbox(kind):
     assert route_of(pred).executed == 1, route_of(pred)
     assert pred.answer.startswith(kind)
     if kind == "retrieve_then_answer":
-        assert tool_calls == ["capital of France"] and "Paris" in pred.answer
+        assert tool_calls == ["What is the capital of France?"] and "Paris" in pred.answer   # the request itself
+        tool_calls.clear()
+        rendered_runs(kind, tool_calls, second="Write a short search query.")
+        assert tool_calls == ["What is the capital of France?", "capital of France"]       # and a written query
     if kind == "draft_and_check":
         assert "draft text" in pred.answer
 
@@ -132,7 +143,7 @@ def spec_reflection():
         if "activation" in fields:
             assert call.json_mode                      # structured calls ask for JSON (schema-constrained locally)
             return {"activation": {"description": toy.ARITH_DESCRIPTION, "kind": "chain_of_thought",
-                                   "main_step": "Add the numbers in the question.", "second_step": "", "tool": "",
+                                   "main_step": "Add the numbers in the question.", "second_step": "", "tool": "none",
                                    "profile": "deep"}}
         raise AssertionError(f"a structured run asked for code: {fields}")
     return scripted_lm(respond, model="scripted/reflection")
@@ -194,7 +205,7 @@ def test_auto_search_switches_after_code_keeps_failing():
             return {"action": "activate", "slot": "1"}
         if "activation" in fields:
             return {"activation": {"description": toy.ARITH_DESCRIPTION, "kind": "predict", "main_step": "Add.",
-                                   "second_step": "", "tool": "", "profile": "fast"}}
+                                   "second_step": "", "tool": "none", "profile": "fast"}}
         return "I cannot write Python, but here is an idea."        # code: prose, never parses
 
     with dspy.context(lm=toy.actor_lm()):
@@ -226,6 +237,11 @@ def test_the_schema_bounds_every_text_so_a_grammar_cannot_ramble():
         strings = {k: v for k, v in props.items() if v.get("type") == "string" and "enum" not in v}
         assert strings and all(v.get("maxLength") for v in strings.values()), props
         assert set(props["kind"]["enum"]) == set(MODULE_KINDS)
+    activate, rewrite = signatures_for(("search", "lookup"))
+    for signature, field in ((activate, "activation"), (rewrite, "shape")):
+        schema = llama_response_format(_get_structured_outputs_response_format(signature))["schema"]
+        ref = schema["properties"][field].get("$ref", "").rsplit("/", 1)[-1]
+        assert schema["$defs"][ref]["properties"]["tool"]["enum"] == ["search", "lookup", "none"]
 
 
 def test_an_overlong_structured_answer_is_repaired():
@@ -234,7 +250,7 @@ def test_an_overlong_structured_answer_is_repaired():
             return {"action": "activate", "slot": "1"}
         main = "Add. " * (1 if call.field("problem") else 400)           # too long the first time
         return {"activation": {"description": toy.ARITH_DESCRIPTION, "kind": "predict", "main_step": main,
-                               "second_step": "", "tool": "", "profile": "fast"}}
+                               "second_step": "", "tool": "none", "profile": "fast"}}
 
     edit = Reflector(scripted_lm(respond), input_names=("question",), output_names=("answer",),
                      proposal_format="structured").propose(Library.empty(2), [], [])
