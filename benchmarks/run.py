@@ -42,7 +42,7 @@ from dspy_adaptive.profiles import profiles_from
 from dspy_adaptive.tasks import FAMILIES
 from dspy_adaptive.testing import ScriptedWorld
 
-METHODS = ("adaptive", "gepa-fpa-all", "per-family-fpa", "mop", "seed")
+METHODS = ("adaptive", "gepa-fpa-all", "per-family-fpa", "mop", "seed", "one-shot")
 AIME_ATTEMPTS = 5
 DEFAULT_MINIBATCH = 24
 #: The paper does not state its merge cap; its main run accepted 26 merges in 47 checks (Appendix L), so a
@@ -125,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-concurrent-proposals", type=int, default=1,
                    help="AdaptiveGEPA max_concurrent_proposals k (paper: sequential, 1)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--feedback", choices=("decomposed", "scalar"), default="decomposed",
+                   help="metric feedback reflection reads: the families' decomposed text (default) or only the "
+                        "score (the ablation of reference 001: is the decomposed feedback what transfers?)")
+    p.add_argument("--seeds", default=None,
+                   help="comma-separated seeds, e.g. 0,1,2: run the method once per seed, each in <out>/seed-<n> "
+                        "(resumable; finished seeds are skipped), for benchmarks.protocol")
     p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
                    help="merge finished runs' results.json into one Table 2 (+ Table 4); writes --out/tables.md "
                         "when --out is given")
@@ -243,7 +249,7 @@ def build_program(method: str, spec: Mapping[str, Any], ctx: Context, roles: Rol
     from dspy_adaptive.tasks.programs import SeedProgram
     if method == "seed":
         return ProfileProgram(SeedProgram(), roles.deep)
-    if method == "adaptive":
+    if method in ("adaptive", "one-shot"):
         from dspy_adaptive import Library, RoutedProgram
         return RoutedProgram(SeedProgram(), Library.from_dict(spec["library"]), fast_lm=roles.fast,
                              deep_lm=roles.deep, tools=ctx.tools, sandbox=ctx.pool)
@@ -300,6 +306,13 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
     t0 = time.time()
     if method == "seed":
         payload = {"spec": {}, "budget_used": 0, "extra": {}}
+    elif method == "one-shot":
+        from benchmarks.oneshot import run_one_shot
+        run = run_one_shot(reflection_lm=roles.reflection, families=mix.families, tools=ctx.tools,
+                           max_specialists=args.max_specialists, budget=args.budget)
+        payload = {"spec": {"library": run.library.to_dict()}, "budget_used": run.metric_calls,
+                   "extra": {"reflection_calls": run.reflection_calls, "rejected": run.rejected,
+                             "active_slots": list(run.library.active_ids())}}
     elif method == "adaptive":
         from dspy_adaptive import AdaptiveGEPA
         from dspy_adaptive.tasks.programs import SeedProgram
@@ -427,6 +440,8 @@ def config_of(args: argparse.Namespace, sizes: Any, minibatch: int) -> dict:
             "scripted", "merge_cap", "merge_cadence", "merge_cap_counts", "merge_parent_copies", "reuse_scores",
             "max_concurrent_proposals")
     cfg = {k: getattr(args, k) for k in keys}
+    if getattr(args, "feedback", "decomposed") != "decomposed":   # (only when set: older runs keep their hash)
+        cfg["feedback"] = args.feedback
     cfg["sizes"] = {f: list(v) for f, v in (sizes or {}).items()} or "paper"
     cfg["minibatch_size"] = minibatch
     return cfg
@@ -494,6 +509,9 @@ def run(args: argparse.Namespace) -> dict:
     roles = make_roles(args, world)
     checker = _ifeval_checker()   # the real checkers are pure Python, so scripted runs use them too
     metric = MixtureMetric(judge_lm=roles.judge, ifeval_checker=checker)
+    if args.feedback == "scalar":
+        from benchmarks.feedback import ScalarFeedback
+        metric = ScalarFeedback(metric)
     tools, retrieval = make_tools(args, roles, mixture, out)
     pool = SandboxPool(max_workers=max(2, args.num_threads), timeout=60.0, memory_mb=1024,
                        max_predictor_calls=100, tool_names=tuple(tools))
@@ -568,8 +586,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.compare:
         compare(args.compare, args.out)
         return 0
+    if args.seeds:
+        run_seeds(args)
+        return 0
     run(args)
     return 0
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(f"--seeds {text!r}: give comma-separated integers, e.g. --seeds 0,1,2") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise SystemExit(f"--seeds {text!r}: give distinct integers, e.g. --seeds 0,1,2")
+    return seeds
+
+
+def run_seeds(args: argparse.Namespace) -> list[Path]:
+    """One run per seed in <out>/seed-<n> (the data split and the search both take the seed); a seed whose
+    results.json exists is skipped, an interrupted one resumes from its phases."""
+    import copy
+    if not args.out:
+        raise SystemExit("--seeds needs --out (each seed runs in <out>/seed-<n>)")
+    dirs = []
+    for seed in parse_seeds(args.seeds):
+        cell = copy.copy(args)
+        cell.seed, cell.seeds, cell.out = seed, None, str(Path(args.out) / f"seed-{seed}")
+        dirs.append(Path(cell.out))
+        if (dirs[-1] / "results.json").exists():
+            print(f"[seeds] seed {seed}: finished ({dirs[-1]}); skipping")
+            continue
+        print(f"[seeds] seed {seed} -> {dirs[-1]}")
+        run(cell)
+    print("[seeds] done: python -m benchmarks.protocol " + " ".join(str(d.parent) for d in dirs[:1])
+          + " <other method dirs> --reference seed")
+    return dirs
 
 
 if __name__ == "__main__":

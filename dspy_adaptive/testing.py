@@ -271,6 +271,10 @@ class ScriptedWorld:
         if "revised_source" in fields:                                         # dspy.GEPA code proposer
             current = call.field("current_source") or ""
             return {"revised_source": FPA_REJECTED_SRC if "# fpa-v2" in current else FPA_V2_SRC}
+        if "router" in fields and "specialists" in fields:                      # one-shot: a whole library
+            return {"router": DEFAULT_ROUTER,
+                    "specialists": [{"description": MATH_DESC, "program": MATH_SRC, "profile": "deep"},
+                                    {"description": QA_DESC, "program": QA_SRC, "profile": "fast"}]}
         if "instruction" in fields:                                            # MoP instruction induction
             examples = call.field("examples") or ""
             n = call.field("candidate_number") or "1"

@@ -157,7 +157,35 @@ def to_chat_messages(request: Any) -> list[dict[str, str]]:
     return out
 
 
+#: Output fields that answer one number but are typed as text in their signature, so that any model's answer
+#: can be read and a non-number is recorded as such (the router's `slot`): under a grammar they are
+#: constrained to digits, which a small local model otherwise fills with template text ("{slot}").
+NUMBER_ANSWER_FIELDS = frozenset({"slot"})
+
+
+def _number_answers(schema: dict[str, Any]) -> dict[str, Any]:
+    props = schema.get("properties")
+    if not isinstance(props, Mapping):
+        return schema
+    fixed = {}
+    for name, prop in props.items():
+        if name in NUMBER_ANSWER_FIELDS and isinstance(prop, Mapping) and prop.get("type") == "string" \
+                and "enum" not in prop and "pattern" not in prop:
+            prop = {**prop, "pattern": "^[0-9]{1,2}$"}
+        fixed[name] = prop
+    return {**schema, "properties": fixed}
+
+
 def llama_response_format(response_format: Any) -> dict[str, Any] | None:
+    """DSPy's response_format -> llama.cpp's (see `_llama_response_format`), with number answers held to
+    digits (`NUMBER_ANSWER_FIELDS`)."""
+    out = _llama_response_format(response_format)
+    if out is not None and isinstance(out.get("schema"), Mapping):
+        out = {**out, "schema": _number_answers(dict(out["schema"]))}
+    return out
+
+
+def _llama_response_format(response_format: Any) -> dict[str, Any] | None:
     """DSPy's response_format (as it arrives on Request.config) -> llama.cpp's.
 
     DSPy sends `{"type": "json_schema", "schema": S, "name": ..., "strict": True}` (structured

@@ -281,3 +281,17 @@ def test_default_model_path_env_override(tmp_path, monkeypatch):
     gguf.write_bytes(b"GGUF")
     monkeypatch.setenv(local_mod.MODEL_ENV_VAR, str(gguf))
     assert local_mod.default_model_path() == str(gguf)
+
+
+def test_the_routers_number_answer_is_held_to_digits_under_a_grammar():
+    import dspy
+    from dspy.adapters.json_adapter import _get_structured_outputs_response_format
+
+    from dspy_adaptive.lm.local import llama_response_format
+    from dspy_adaptive.routed_program import _router_signature
+
+    schema = llama_response_format(_get_structured_outputs_response_format(
+        _router_signature(("request",), "Route.")))["schema"]
+    assert schema["properties"]["slot"]["pattern"] == "^[0-9]{1,2}$"
+    other = llama_response_format(_get_structured_outputs_response_format(dspy.Signature("q -> answer")))["schema"]
+    assert "pattern" not in other["properties"]["answer"]
