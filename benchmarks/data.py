@@ -218,29 +218,36 @@ def _hotpot_example(r: dict[str, Any]) -> dspy.Example:
 
 
 def split_hotpotqa(dev: list[dict], train: list[dict] | None, sizes: Sequence[int], seed: int) -> FamilySplits:
+    """Topic-disjoint splits: no supporting-article title appears in two of train, validation and test
+    (`benchmarks.splits.disjoint_split` assigns whole title groups). With an official train file, validation
+    and test come from dev and train from the train file minus every question sharing a title with them."""
+    from benchmarks.splits import disjoint_split
+
+    def titles(r: dict) -> list[str]:
+        return list(r.get("supporting_titles") or [])
+
     n_train, n_val, n_test = sizes
     rng = random.Random(f"hotpotqa:{seed}")
     dev = _dedupe(dev)
-    notes: list[str] = []
+    notes: list[str] = ["hotpotqa: topic-disjoint splits (no supporting title in two splits)"]
     if train:
         dev_ids = {d["id"] for d in dev}
         train = [r for r in _dedupe(train) if r["id"] not in dev_ids]
-        got_train = min(n_train, len(train))
-        _note_scaling(notes, "hotpotqa", "train", (n_train,), (got_train,), len(train))
-        tr = rng.sample(train, got_train)
-        got_val, got_test = scale_sizes((n_val, n_test), len(dev))
-        _note_scaling(notes, "hotpotqa", "val/test from dev", (n_val, n_test), (got_val, got_test), len(dev))
-        order = rng.sample(dev, len(dev))
-        va, te = order[:got_val], order[got_val:got_val + got_test]
+        want_val, want_test = scale_sizes((n_val, n_test), len(dev))
+        va, te = disjoint_split(dev, (want_val, want_test), rng, titles)
+        _note_scaling(notes, "hotpotqa", "val/test from dev", (n_val, n_test), (len(va), len(te)), len(dev))
+        held = {t for r in va + te for t in titles(r)}
+        pool = [r for r in train if not held & set(titles(r))]
+        got_train = min(n_train, len(pool))
+        _note_scaling(notes, "hotpotqa", "train", (n_train,), (got_train,), len(pool))
+        tr = rng.sample(pool, got_train)
     else:
-        got = scale_sizes((n_train, n_val, n_test), len(dev))
         notes.append("hotpotqa: no train split available; train is carved from the dev rows (disjoint from "
                      "val/test). Paper protocol draws train from the official train split.")
-        _note_scaling(notes, "hotpotqa", "train/val/test", (n_train, n_val, n_test), got, len(dev))
-        order = rng.sample(dev, len(dev))
-        tr = order[:got[0]]
-        va = order[got[0]:got[0] + got[1]]
-        te = order[got[0] + got[1]:got[0] + got[1] + got[2]]
+        want = scale_sizes((n_train, n_val, n_test), len(dev))
+        tr, va, te = disjoint_split(dev, want, rng, titles)
+        _note_scaling(notes, "hotpotqa", "train/val/test", (n_train, n_val, n_test), (len(tr), len(va), len(te)),
+                      len(dev))
     return FamilySplits("hotpotqa", [_hotpot_example(r) for r in tr], [_hotpot_example(r) for r in va],
                         [_hotpot_example(r) for r in te], notes, corpus=split_paragraphs(dev + list(tr)))
 

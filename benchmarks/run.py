@@ -546,6 +546,8 @@ def run(args: argparse.Namespace) -> dict:
         results["action_counts"] = search["extra"].get("action_counts", {})
         results["merge_census"] = search["extra"].get("merge_census", {})
         results["accounting"] = search["extra"].get("accounting", {})
+    from benchmarks.splits import family_overlap
+    results["split_overlap"] = {f: family_overlap(f, s.train, s.val, s.test) for f, s in mixture.families.items()}
     summary = tables.summarize(results)
     results["summary"] = summary
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")

@@ -167,11 +167,26 @@ def table2_notes(results_list: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(f"- {n}" for n in notes)
 
 
+def split_overlap_table(overlap: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    """Per family and pair of splits: shared supporting titles (HotpotQA) and the share of requests with a word
+    8-gram in common."""
+    lines = ["| family | splits | shared titles | requests sharing an 8-gram |", "|---|---|---:|---:|"]
+    for fam, pairs in overlap.items():
+        for pair, e in pairs.items():
+            titles = e.get("shared_titles")
+            share = f"{e['ngram_requests']} ({100 * e['ngram_share']:.0f}%)"
+            lines.append(f"| {FAMILY_TITLES.get(fam, fam)} | {pair.replace('~', ' / ')} | "
+                         f"{'—' if titles is None else titles} | {share} |")
+    return "\n".join(lines)
+
+
 def render_run(results: Mapping[str, Any]) -> str:
     title = METHOD_TITLES.get(results.get("method"), results.get("method"))
     parts = [f"# {title}: test results", "", "## Table 2 — test score (×100)", "", table2([results]), ""]
     if results.get("notes"):
         parts += ["Notes:", "", table2_notes([results]), ""]
+    if results.get("split_overlap"):
+        parts += ["## Split overlap (measured)", "", split_overlap_table(results["split_overlap"]), ""]
     if results.get("routing"):
         parts += ["## Table 4 — routing agreement (%) under a post-hoc majority-family mapping (test)", "",
                   table4([results]), "", "Executed-slot counts:", "", routing_counts(results), ""]

@@ -104,11 +104,16 @@ def test_livebench_releases_balance_and_no_article_overlap(mixture, shared_data)
 def test_hotpotqa_train_file_is_used_when_present(tmp_path, shared_data):
     dev = [json.loads(line) for line in open(shared_data / "hotpotqa.jsonl")]
     (tmp_path / "hotpotqa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dev))
-    train = [{**r, "id": r["id"] + "-train"} for r in dev[:30]]
-    (tmp_path / "hotpotqa_train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    # train questions on their own topics (titles no dev question uses), plus copies of dev questions
+    fresh = [{**r, "id": r["id"] + "-train", "supporting_titles": [t + " (train)" for t in r["supporting_titles"]]}
+             for r in dev[:30]]
+    copies = [{**r, "id": r["id"] + "-copy-train"} for r in dev[:30]]
+    (tmp_path / "hotpotqa_train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in fresh + copies))
     s = load_family("hotpotqa", data_dir=tmp_path, sizes=(10, 10, 40))
     assert s.sizes() == (10, 10, 40)
     assert all(e.source_id.endswith("-train") for e in s.train)
+    held = {t for e in s.val + s.test for t in e.supporting_titles}
+    assert not held & {t for e in s.train for t in e.supporting_titles}   # a copy of a held-out question never
     assert not any(e.source_id.endswith("-train") for e in s.val + s.test)
 
 
