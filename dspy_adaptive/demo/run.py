@@ -64,7 +64,7 @@ class DemoConfig:
     actor_lm: str = "local"
     reflection_lm: str = "local"
     judge_lm: str | None = None
-    budget: int = 64
+    budget: int = 96
     minibatch: int = 4
     max_specialists: int = 4
     threads: int = 2
@@ -336,7 +336,15 @@ def what_happened(result: Any) -> list[str]:
     lines = [f"{sum(count.values())} proposals: {count['accepted']} accepted into the archive, "
              f"{count['failed the gate']} reached the minibatch gate and failed it, "
              f"{count['rejected before the gate']} were rejected before the gate, {count['skipped']} skipped; "
-             f"{repairs} repair calls. The table under 'Proposals by outcome' below says why each was rejected."]
+             f"{repairs} repair calls. 'Proposals by outcome' below gives the reason for each outcome."]
+    seed_val, best_val = result.val_aggregate_scores[0], result.val_aggregate_scores[result.best_idx]
+    if count["accepted"] and result.best_idx == 0:
+        lines.append(f"The accepted edits beat their parents on their minibatches but none beat the seed on the whole "
+                     f"validation set (best of them {max(result.val_aggregate_scores[1:]):.3f} vs the seed's "
+                     f"{seed_val:.3f}; a tie keeps the seed), so the optimized program is the seed.")
+    elif result.best_idx != 0:
+        lines.append(f"The best candidate (#{result.best_idx}) scores {best_val:.3f} on validation against the "
+                     f"seed's {seed_val:.3f}.")
     if count["accepted"] == 0:
         if count["failed the gate"]:
             lines.append("Nothing was accepted: the proposals that ran scored no better than their parent on their "

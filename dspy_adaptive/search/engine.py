@@ -109,19 +109,19 @@ class SearchEngine:
         if self.store is not None:
             self.store.append_eval(tag, key, result)
         bar = self._bar
-        if bar is not None and bar.n < bar.total:
+        if bar is not None:     # past the total: the last iteration's overshoot, shown as it happens
             bar.update(1)
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> Archive:
         bar = tqdm(total=self.budget.max_calls, desc="Adaptive-GEPA", unit="call", disable=not self.progress,
-                   initial=min(self.budget.spent, self.budget.max_calls))
+                   initial=self.budget.spent)
         self._bar = bar
         try:
             if not len(self.archive):
                 bar.set_postfix_str("validating the seed")
                 self._validate_seed()
-                bar.n = min(self.budget.spent, self.budget.max_calls)
+                bar.n = self.budget.spent
                 bar.set_postfix_str("")
                 bar.refresh()
             if self.s.max_concurrent_proposals <= 1:
@@ -249,7 +249,7 @@ class SearchEngine:
         if record.accepted and record.kind == "reflect":
             self.merge_state = self.merge_state.accepted_reflection()
         self._checkpoint()
-        bar.n = min(self.budget.spent, self.budget.max_calls)
+        bar.n = self.budget.spent
         bar.set_postfix(best=f"{self.archive[self.archive.best_index()].val_mean:.3f}", archive=len(self.archive),
                         cost=f"${self.meter.total_cost():.4f}")
         bar.refresh()
