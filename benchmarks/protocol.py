@@ -46,7 +46,7 @@ class PairedStats:
     ci_low: float
     ci_high: float
     p_value: float
-    effect_size: float          # Cohen's d_z; 0 when every difference is equal
+    effect_size: float | None   # Cohen's d_z; None when every difference is the same nonzero value (sd 0)
     wins: int
     ties: int
     losses: int
@@ -90,7 +90,7 @@ def paired_stats(reference: Sequence[float], method: Sequence[float], *, confide
     else:
         p = float(stats.wilcoxon(d, zero_method="zsplit").pvalue)
     sd = float(d.std(ddof=1)) if n > 1 else 0.0
-    effect = diff / sd if sd > 0 else 0.0
+    effect = diff / sd if sd > 0 else (0.0 if diff == 0 else None)
     return PairedStats(n, float(a.mean()), float(b.mean()), diff, low, high, p, effect, wins, n - wins - losses,
                        losses)
 
@@ -197,7 +197,8 @@ def render(comparison: Mapping[str, Any], gaps: Sequence[Mapping[str, Any]], ref
                 star = " *" if s.significant else ""
                 lines.append(f"| {fam} | {key} | {s.n} | {s.reference_mean:.3f} | {s.method_mean:.3f} | "
                              f"{_fmt(s.diff)}{star} | [{_fmt(s.ci_low)}, {_fmt(s.ci_high)}] | {s.p_value:.3g} | "
-                             f"{s.effect_size:+.2f} | {s.wins}/{s.ties}/{s.losses} |")
+                             f"{'—' if s.effect_size is None else f'{s.effect_size:+.2f}'} | "
+                             f"{s.wins}/{s.ties}/{s.losses} |")
         lines.append("")
     lines += ["## Selection optimism: validation - test", "",
               "| method | seed | best validation | test | gap |", "|---|---:|---:|---:|---:|"]

@@ -45,6 +45,7 @@ def test_identical_scores_are_a_tie_with_p_one():
 def test_constant_shift_has_a_degenerate_interval():
     s = paired_stats([0.0, 0.5, 0.2], [0.1, 0.6, 0.3])
     assert s.ci_low == pytest.approx(0.1) and s.ci_high == pytest.approx(0.1) and s.significant
+    assert s.effect_size is None                     # d_z is undefined with no spread, not 0
 
 
 def test_bad_input_is_refused():
