@@ -70,7 +70,8 @@ def paired_stats(reference: Sequence[float], method: Sequence[float], *, confide
     d = b - a
     diff = float(d.mean())
     wins, losses = int((d > tie_tolerance).sum()), int((d < -tie_tolerance).sum())
-    if n < 2 or np.allclose(d, d[0]):
+    constant = n < 2 or bool(np.allclose(d, d[0]))
+    if constant:
         low = high = diff
     else:
         def mean_diff(x, y, axis=-1):
@@ -89,8 +90,10 @@ def paired_stats(reference: Sequence[float], method: Sequence[float], *, confide
         p = 1.0
     else:
         p = float(stats.wilcoxon(d, zero_method="zsplit").pvalue)
-    sd = float(d.std(ddof=1)) if n > 1 else 0.0
-    effect = diff / sd if sd > 0 else (0.0 if diff == 0 else None)
+    if constant:      # no spread: d_z is undefined unless there is no difference at all
+        effect = 0.0 if abs(diff) <= tie_tolerance else None
+    else:
+        effect = diff / float(d.std(ddof=1))
     return PairedStats(n, float(a.mean()), float(b.mean()), diff, low, high, p, effect, wins, n - wins - losses,
                        losses)
 
