@@ -128,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--feedback", choices=("decomposed", "scalar"), default="decomposed",
                    help="metric feedback reflection reads: the families' decomposed text (default) or only the "
                         "score (the ablation of reference 001: is the decomposed feedback what transfers?)")
+    p.add_argument("--selection-split", type=int, default=0, metavar="N",
+                   help="adaptive only: hold N validation requests per family apart as a fresh selection split; "
+                        "the top --finalists candidates by validation are re-scored there and both picks are "
+                        "scored on test (against selection optimism; default 0: off)")
+    p.add_argument("--finalists", type=int, default=3, help="--selection-split: candidates re-scored (default 3)")
+    p.add_argument("--selection-rollouts", type=int, default=1,
+                   help="--selection-split: rollouts per finalist and request, LM cache off when > 1 (default 1)")
     p.add_argument("--seeds", default=None,
                    help="comma-separated seeds, e.g. 0,1,2: run the method once per seed, each in <out>/seed-<n> "
                         "(resumable; finished seeds are skipped), for benchmarks.protocol")
@@ -387,10 +394,39 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
     return phases.save("search", payload)
 
 
-def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phases) -> list[dict]:
-    done = phases.load("test")
+def selection_phase(ctx: Context, phases: Phases, selection_rows: Sequence[Any]) -> dict:
+    """Re-score the top finalists by validation on the fresh selection split (benchmarks.selection)."""
+    done = phases.load("selection")
     if done is not None:
-        print("[test] already finished; skipping")
+        print("[selection] already finished; skipping")
+        return done
+    from dspy.utils.parallelizer import ParallelExecutor
+
+    from benchmarks.selection import select
+    from dspy_adaptive.scoring import score_example
+    record = json.loads((ctx.out / "search" / "run.json").read_text(encoding="utf-8"))
+    args = ctx.args
+    roles = ctx.roles.uncached() if args.selection_rollouts > 1 else ctx.roles
+
+    def score(idx: int, rollout: int) -> list[float]:
+        program = build_program("adaptive", {"library": record["candidates"][idx]}, ctx, roles)
+        with dspy.context(lm=roles.deep):
+            return ParallelExecutor(num_threads=args.num_threads, disable_progress_bar=not ctx.progress,
+                                    max_errors=10 ** 9).execute(
+                lambda ex: score_example(program, ex, ctx.metric, row_id=str(ex.id)).score, list(selection_rows))
+
+    result = select(record["val_aggregate_scores"], args.finalists, args.selection_rollouts, score)
+    payload = {**result.to_dict(), "selection_rows": len(selection_rows),
+               "libraries": {str(i): record["candidates"][i] for i in {result.validation_pick, result.selection_pick}}}
+    print(f"[selection] validation pick #{result.validation_pick}, fresh-split pick #{result.selection_pick} "
+          f"(finalists {result.finalists}, means {[round(m, 3) for m in result.selection_means]})")
+    return phases.save("selection", payload)
+
+
+def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phases, name: str = "test") -> list[dict]:
+    done = phases.load(name)
+    if done is not None:
+        print(f"[{name}] already finished; skipping")
         return done["rows"]
     from dspy.utils.parallelizer import ParallelExecutor
 
@@ -427,7 +463,7 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
         row["score"] = sum(row["attempts"]) / len(row["attempts"])   # AIME: pass@1 over attempts
         row["route"] = row["routes"][0]                               # first attempt's executed slot
         out.append(row)
-    phases.save("test", {"rows": out})
+    phases.save(name, {"rows": out})
     return out
 
 
@@ -442,6 +478,8 @@ def config_of(args: argparse.Namespace, sizes: Any, minibatch: int) -> dict:
     cfg = {k: getattr(args, k) for k in keys}
     if getattr(args, "feedback", "decomposed") != "decomposed":   # (only when set: older runs keep their hash)
         cfg["feedback"] = args.feedback
+    if getattr(args, "selection_split", 0):
+        cfg["selection"] = [args.selection_split, args.finalists, args.selection_rollouts]
     cfg["sizes"] = {f: list(v) for f, v in (sizes or {}).items()} or "paper"
     cfg["minibatch_size"] = minibatch
     return cfg
@@ -493,8 +531,19 @@ def run(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     progress = not args.no_progress
+    if args.selection_split and args.method != "adaptive":
+        raise SystemExit(f"--selection-split applies to --method adaptive (its archive holds the finalists), not "
+                         f"{args.method}")
     print(f"[data] loading ({args.data}) ...")
     mixture = load_data(args, sizes)
+    selection_rows: list = []
+    if args.selection_split:
+        from benchmarks.selection import carve
+        try:
+            mixture.val, selection_rows = carve(mixture.val, args.selection_split, args.seed)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        print(f"[data] {len(selection_rows)} validation requests held apart as the fresh selection split")
     for note in mixture.notes:
         print(f"[data] note: {note}")
     minibatch = min(args.minibatch_size or DEFAULT_MINIBATCH, len(mixture.train))
@@ -522,6 +571,15 @@ def run(args: argparse.Namespace) -> dict:
             search = search_phase(args.method, ctx, phases)
             print(f"[test] {len(mixture.test)} test examples (AIME x{args.aime_attempts})")
             rows = test_phase(args.method, search["spec"], ctx, phases)
+            selection = None
+            if selection_rows:
+                selection = selection_phase(ctx, phases, selection_rows)
+                pick = selection["selection_pick"]
+                pick_rows = rows if pick == selection["validation_pick"] else test_phase(
+                    args.method, {"library": selection["libraries"][str(pick)]}, ctx, phases, "test_selection")
+                selection = {k: v for k, v in selection.items() if k != "libraries"}
+                selection["test_validation_pick"] = sum(r["score"] for r in rows) / len(rows)
+                selection["test_selection_pick"] = sum(r["score"] for r in pick_rows) / len(pick_rows)
     finally:
         pool.close()
 
@@ -540,6 +598,8 @@ def run(args: argparse.Namespace) -> dict:
         "spec": search["spec"],
         "test": rows,
     }
+    if selection is not None:
+        results["selection"] = selection
     if args.method in ("adaptive", "mop"):
         results["routing"] = tables.routing_from_rows(rows)
     if args.method == "adaptive":

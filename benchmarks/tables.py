@@ -185,6 +185,16 @@ def render_run(results: Mapping[str, Any]) -> str:
     parts = [f"# {title}: test results", "", "## Table 2 — test score (×100)", "", table2([results]), ""]
     if results.get("notes"):
         parts += ["Notes:", "", table2_notes([results]), ""]
+    if results.get("selection"):
+        sel = results["selection"]
+        parts += ["## Fresh selection split (against selection optimism)", "",
+                  f"Finalists {sel['finalists']} (validation means "
+                  f"{', '.join(f'{m:.3f}' for m in sel['validation_means'])}) re-scored on {sel['selection_rows']} "
+                  f"held-apart requests x {sel['rollouts']} rollouts: "
+                  f"{', '.join(f'{m:.3f}' for m in sel['selection_means'])}.", "",
+                  "| pick | candidate | test mean |", "|---|---:|---:|",
+                  f"| validation | #{sel['validation_pick']} | {sel['test_validation_pick']:.3f} |",
+                  f"| fresh selection split | #{sel['selection_pick']} | {sel['test_selection_pick']:.3f} |", ""]
     if results.get("split_overlap"):
         parts += ["## Split overlap (measured)", "", split_overlap_table(results["split_overlap"]), ""]
     if results.get("routing"):
