@@ -133,6 +133,31 @@ def ablation(library: Mapping[str, Any], matches: Sequence[Match], rows: Sequenc
     return {"rows": len(rows), "with": a, "without": b, "difference": a - b}
 
 
+def ablate_run(run_dir: Path, run: Mapping[str, Any], matches: Sequence[Match], mix: Any) -> dict[str, Any]:
+    """The ablation on a finished run: its selected library with and without its matched content, on the
+    affected training rows and on the test rows, scored with the run's own context."""
+    from benchmarks.run import build_program, context_for_run
+    from dspy_adaptive.scoring import score_example
+    best = run["best_idx"]
+    mine = [m for m in matches if m.candidate == best]
+    if not mine:
+        return {"candidate": best, "train": None, "test": None, "note": "the selected library has no match"}
+    ctx = context_for_run(run_dir)
+    try:
+        def score(library: Mapping[str, Any], rows: Sequence[Any]) -> list[float]:
+            program = build_program("adaptive", {"library": library}, ctx, ctx.roles)
+            import dspy
+            with dspy.context(lm=ctx.roles.deep):
+                return [score_example(program, ex, ctx.metric, row_id=str(ex.id)).score for ex in rows]
+
+        affected = {m.row_id for m in mine}
+        train_rows = [ex for ex in mix.train if str(ex.id) in affected]
+        return {"candidate": best, "train": ablation(run["candidates"][best], mine, train_rows, score),
+                "test": ablation(run["candidates"][best], mine, mix.test, score)}
+    finally:
+        ctx.pool.close()
+
+
 def render(summ: Mapping[str, Any], matches: Sequence[Match], limit: int = 30) -> str:
     lines = ["# Memorisation audit", "", f"Gold training/validation content found in archived libraries: "
              f"{summ['matches']} matches over {len(summ['rows'])} rows.", ""]
@@ -143,6 +168,16 @@ def render(summ: Mapping[str, Any], matches: Sequence[Match], limit: int = 30) -
             f"| {c} | {n} |" for c, n in sorted(summ["by_candidate"].items())]
         lines += ["", "| candidate | section | row | kind | text |", "|---:|---|---|---|---|"]
         lines += [f"| {m.candidate} | {m.section} | {m.row_id} | {m.kind} | `{m.text[:80]}` |" for m in matches[:limit]]
+    abl = summ.get("ablation")
+    if abl:
+        lines += ["", f"## Ablation on the selected library (#{abl['candidate']})", ""]
+        if abl.get("note"):
+            lines.append(abl["note"] + ".")
+        for split in ("train", "test"):
+            a = abl.get(split)
+            if a and a.get("with") is not None:
+                lines.append(f"- {split} ({a['rows']} rows): reward {a['with']:.3f} with the matched content, "
+                             f"{a['without']:.3f} without it (difference {a['difference']:+.3f})")
     return "\n".join(lines) + "\n"
 
 
@@ -153,6 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--data", help="the run's --data directory (default: the one in its results.json)")
     p.add_argument("--min-chars", type=int, default=4, help="shortest gold answer searched for (default 4)")
     p.add_argument("--ngram", type=int, default=8, help="n of the word n-grams of longer gold outputs (default 8)")
+    p.add_argument("--ablate", action="store_true",
+                   help="re-score the affected training rows and the test rows with the selected library as it is "
+                        "and with its matched content redacted (runs the run's own LMs again)")
     args = p.parse_args(argv)
     run_dir = Path(args.run)
     record, results = run_dir / "search" / "run.json", run_dir / "results.json"
@@ -169,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = json.loads(record.read_text(encoding="utf-8"))
     matches = find_matches(run["candidates"], mix.train + mix.val, min_chars=args.min_chars, ngram=args.ngram)
     summ = summary(matches)
+    if args.ablate:
+        summ["ablation"] = ablate_run(run_dir, run, matches, mix)
     text = render(summ, matches)
     (run_dir / "audit.md").write_text(text, encoding="utf-8")
     (run_dir / "audit.json").write_text(json.dumps({"summary": summ, "matches": [asdict(m) for m in matches]},

@@ -518,11 +518,46 @@ def make_tools(args: argparse.Namespace, roles: Roles, mixture: Any = None,
     return {"search": search, "ask_external_llm": make_external_llm_tool(roles.external)}, info
 
 
+def build_context(args: argparse.Namespace, mixture: Any, out: Path, minibatch: int,
+                  progress: bool) -> tuple[Context, dict[str, Any]]:
+    """Roles, metric, tools and sandbox for `args` on `mixture` (the caller closes `ctx.pool`)."""
+    from dspy_adaptive.sandbox import SandboxPool
+    from dspy_adaptive.tasks.metrics import MixtureMetric
+    world = None
+    if args.scripted:
+        from benchmarks.skill_world import SkillWorld
+        world = (SkillWorld if args.scripted == "skills" else ScriptedWorld)(mixture.train + mixture.val + mixture.test)
+    roles = make_roles(args, world)
+    checker = _ifeval_checker()   # the real checkers are pure Python, so scripted runs use them too
+    metric = MixtureMetric(judge_lm=roles.judge, ifeval_checker=checker)
+    if getattr(args, "feedback", "decomposed") == "scalar":
+        from benchmarks.feedback import ScalarFeedback
+        metric = ScalarFeedback(metric)
+    tools, retrieval = make_tools(args, roles, mixture, out)
+    pool = SandboxPool(max_workers=max(2, args.num_threads), timeout=60.0, memory_mb=1024,
+                       max_predictor_calls=100, tool_names=tuple(tools))
+    return Context(args, out, mixture, roles, metric, tools, pool, minibatch, progress), retrieval
+
+
+def context_for_run(run_dir: str | Path) -> Context:
+    """The context a finished run ran with, rebuilt from its results.json configuration (same data split,
+    roles, metric and tools), for scoring libraries after the fact (the audit's ablation)."""
+    run_dir = Path(run_dir)
+    res = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    args = parse_args(["--method", str(res["method"]), "--out", str(run_dir), "--no-progress"])
+    for key, value in (res.get("config") or {}).items():
+        if key in ("sizes", "minibatch_size", "selection"):
+            continue
+        setattr(args, key, value)
+    sizes = res["config"].get("sizes")
+    sizes = {f: tuple(v) for f, v in sizes.items()} if isinstance(sizes, dict) else None
+    mixture = load_data(args, sizes)
+    return build_context(args, mixture, run_dir, int(res["config"].get("minibatch_size") or 1), False)[0]
+
+
 def run(args: argparse.Namespace) -> dict:
     from benchmarks.corpus import retrieval_note
     from dspy_adaptive.analysis import write_labels
-    from dspy_adaptive.sandbox import SandboxPool
-    from dspy_adaptive.tasks.metrics import MixtureMetric
     if not args.method or not args.out:
         raise SystemExit("--method and --out are required (or use --compare RUN_DIR ...)")
     if args.budget <= 0:
@@ -551,22 +586,10 @@ def run(args: argparse.Namespace) -> dict:
     config_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     phases = Phases(out, config_hash)
 
-    world = None
-    if args.scripted:
-        from benchmarks.skill_world import SkillWorld
-        world = (SkillWorld if args.scripted == "skills" else ScriptedWorld)(mixture.train + mixture.val + mixture.test)
-    roles = make_roles(args, world)
-    checker = _ifeval_checker()   # the real checkers are pure Python, so scripted runs use them too
-    metric = MixtureMetric(judge_lm=roles.judge, ifeval_checker=checker)
-    if args.feedback == "scalar":
-        from benchmarks.feedback import ScalarFeedback
-        metric = ScalarFeedback(metric)
-    tools, retrieval = make_tools(args, roles, mixture, out)
-    pool = SandboxPool(max_workers=max(2, args.num_threads), timeout=60.0, memory_mb=1024,
-                       max_predictor_calls=100, tool_names=tuple(tools))
-    ctx = Context(args, out, mixture, roles, metric, tools, pool, minibatch, progress)
+    ctx, retrieval = build_context(args, mixture, out, minibatch, progress)
+    pool = ctx.pool
     try:
-        with dspy.context(lm=roles.deep):   # default LM for anything without an explicit profile
+        with dspy.context(lm=ctx.roles.deep):   # default LM for anything without an explicit profile
             print(f"[search] {args.method}: budget {args.budget} scored calls")
             search = search_phase(args.method, ctx, phases)
             print(f"[test] {len(mixture.test)} test examples (AIME x{args.aime_attempts})")

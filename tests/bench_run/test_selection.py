@@ -53,3 +53,27 @@ def test_a_scripted_run_reports_both_picks_on_test(tmp_path):
     with pytest.raises(SystemExit, match="applies to --method adaptive"):
         bench.main(["--method", "seed", "--out", str(tmp_path / "x"), "--scripted", "--data", str(SHARED_DATA),
                     "--selection-split", "1"])
+
+
+def test_the_audit_ablation_rescores_a_finished_run_with_and_without_planted_answers(tmp_path):
+    from benchmarks import audit
+    from benchmarks.data import load_mixture
+
+    out = tmp_path / "run"
+    bench.main(["--method", "adaptive", "--budget", "60", "--out", str(out), "--scripted", "--data", str(SHARED_DATA),
+                "--sizes", "2,2,2", "--num-threads", "4", "--no-progress"])
+    record = out / "search" / "run.json"
+    run = json.loads(record.read_text())
+    families = ("hotpotqa", "aime", "pupa", "livebench_if")
+    mix = load_mixture("local", data_dir=SHARED_DATA, seed=43, sizes=dict.fromkeys(families, (2, 2, 2)))
+    gold = next(ex for ex in mix.train if ex.family == "hotpotqa")
+    best = run["candidates"][run["best_idx"]]
+    best["router"] += f" Remember: the answer is {gold.answer}."            # a memorised training answer
+    record.write_text(json.dumps(run))
+    assert audit.main([str(out), "--ablate"]) == 0
+    report = json.loads((out / "audit.json").read_text())["summary"]
+    assert gold.id in report["rows"] and report["by_candidate"][str(run["best_idx"])] >= 1
+    abl = report["ablation"]
+    assert abl["train"]["rows"] >= 1 and abl["test"]["rows"] == len(mix.test)
+    assert abl["train"]["with"] is not None and abl["test"]["without"] is not None
+    assert "## Ablation on the selected library" in (out / "audit.md").read_text()
