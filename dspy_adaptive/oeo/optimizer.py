@@ -1,0 +1,256 @@
+"""`OpenEndedOptimizer`: a second optimizer under the same contract as AdaptiveGEPA (reference 003).
+
+    optimizer = OpenEndedOptimizer(metric, optimizer_lm=dspy.LM("openai/gpt-5.5"), max_metric_calls=2000,
+                                   log_dir="runs/oeo")
+    routed = optimizer.compile(program, trainset=train, valset=val)     # a RoutedProgram, same Library format
+
+Where AdaptiveGEPA prescribes the improvement procedure (select a parent, reflect, gate, validate, merge),
+OEO lets the optimizer LM compose it turn by turn through a small action interface (inspect, run_train,
+evaluate, revise, select, stop; see `contract` and `runner`), while the contract -- objective, permitted
+operations, budget by kind, the data boundary, the sealed test split -- is enforced by the runner. Scored
+calls go through the same Evaluator and sandbox as AdaptiveGEPA's and are counted by the same kinds.
+
+With `log_dir`, the run is checkpointed after every turn (rerun to resume: same checkpoints, evidence and
+budget; the calls of a turn a kill interrupted are counted as lost) and leaves run.json (every turn with its
+action, arguments, observation size, cost and commit; every checkpoint), report.md and learning_curve.png.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import dspy
+from dspy.teleprompt.teleprompt import Teleprompter
+
+from dspy_adaptive.data import InputError, input_keys, make_rows
+from dspy_adaptive.library import Library
+from dspy_adaptive.oeo.contract import Contract
+from dspy_adaptive.oeo.runner import Runner, Turn
+from dspy_adaptive.reflection.propose import program_contract
+from dspy_adaptive.routed_program import RoutedProgram
+from dspy_adaptive.sandbox import SandboxPool
+from dspy_adaptive.search.budget import Budget
+from dspy_adaptive.search.checkpoint import CheckpointStore
+from dspy_adaptive.search.evaluate import Evaluator
+from dspy_adaptive.teleprompter import SandboxSettings
+from dspy_adaptive.untrusted import md_cell, md_fence
+
+STATE_VERSION = 1
+
+
+class OpenEndedOptimizer(Teleprompter):
+    """Open-ended optimization of a routed program library under an enforced contract.
+
+    Args:
+        metric: dspy.GEPA's feedback metric, as for AdaptiveGEPA.
+        optimizer_lm: the LM that composes the improvement process (use a capable one: reference 003 found
+            weaker optimizers cannot act through an open interface).
+        max_metric_calls: the budget in scored calls (one program run on one example plus its metric).
+        max_turns: at most this many optimizer turns (each one optimizer-LM call).
+        max_specialists: K, the number of specialist slots.
+        fast_lm: the fast execution profile (router and fast specialists; default: the configured LM).
+        deep_lm: the deep profile (fallback and deep specialists; default: the configured LM).
+        tools: functions specialists may call by name.
+        num_threads: rows evaluated in parallel.
+        failure_score: the score of a failed rollout or metric.
+        log_dir: where the run is checkpointed and recorded (rerun to resume).
+        seed: seeds the random training samples.
+        max_cost_usd: stop once the LM cost (optimizer included) reaches it.
+        sandbox: limits for specialist programs (`SandboxSettings`).
+    """
+
+    def __init__(self, metric: Callable, *, optimizer_lm: Any, max_metric_calls: int, max_turns: int = 40,
+                 max_specialists: int = 5, fast_lm: Any = None, deep_lm: Any = None,
+                 tools: Mapping[str, Callable] | Sequence[Callable] | None = None, num_threads: int | None = None,
+                 failure_score: float = 0.0, log_dir: str | None = None, seed: int = 0,
+                 max_cost_usd: float | None = None, sandbox: SandboxSettings | None = None):
+        super().__init__()
+        if not callable(metric):
+            raise InputError(f"metric must be callable, got {type(metric).__name__}")
+        if optimizer_lm is None:
+            raise InputError("optimizer_lm is required: the LM that composes the improvement process")
+        if isinstance(max_metric_calls, bool) or not isinstance(max_metric_calls, int) or max_metric_calls < 1:
+            raise InputError(f"max_metric_calls must be a positive integer, got {max_metric_calls!r}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise InputError(f"max_turns must be a positive integer, got {max_turns!r}")
+        self.metric, self.optimizer_lm = metric, optimizer_lm
+        self.max_metric_calls, self.max_turns, self.max_specialists = max_metric_calls, max_turns, max_specialists
+        self.fast_lm, self.deep_lm, self.tools = fast_lm, deep_lm, tools
+        self.num_threads, self.failure_score, self.log_dir, self.seed = num_threads, failure_score, log_dir, seed
+        self.max_cost_usd = max_cost_usd
+        self.sandbox_settings = sandbox or SandboxSettings()
+        self.record: dict[str, Any] | None = None
+
+    def compile(self, student: dspy.Module, *, trainset: Sequence[dspy.Example], teacher: Any = None,
+                valset: Sequence[dspy.Example] | None = None, **kwargs: Any) -> RoutedProgram:
+        """Run the optimizer LM under the contract; returns the selected checkpoint as a RoutedProgram."""
+        if kwargs:
+            raise InputError(f"OpenEndedOptimizer.compile() got unexpected keyword argument(s) {sorted(kwargs)}")
+        if teacher is not None:
+            raise InputError("OpenEndedOptimizer does not use a teacher program: pass teacher=None")
+        if not trainset:
+            raise InputError("trainset is empty: pass at least one dspy.Example")
+        train = make_rows(trainset, "trainset")
+        val = make_rows(valset, "valset") if valset is not None else train
+        s = self.sandbox_settings
+        threads = self.num_threads or dspy.settings.num_threads or 1
+        base = RoutedProgram(student, Library.empty(self.max_specialists), fast_lm=self.fast_lm,
+                             deep_lm=self.deep_lm, tools=self.tools, input_names=input_keys(train))
+        pool = SandboxPool(max_workers=max(2, threads), timeout=s.timeout, call_timeout=s.call_timeout,
+                           memory_mb=s.memory_mb, max_predictor_calls=s.max_predictor_calls,
+                           tool_names=tuple(base.tools), isolation=s.isolation)
+        base._sandbox, base._owns_sandbox = pool, False
+        runner = None
+        from dspy_adaptive.usage import UsageMeter
+        meter = UsageMeter()
+        budget = Budget(self.max_metric_calls)
+        evaluator = Evaluator(base, self.metric, budget, num_threads=threads, failure_score=self.failure_score)
+        contract = Contract(Library.empty(self.max_specialists), train, val, evaluator, seed=self.seed)
+        outputs = self._output_names(student)
+        task = (f"Requests have the input field(s) {', '.join(input_keys(train))}; the program answers "
+                f"{', '.join(outputs)}. There are {len(train)} training rows (their traces and feedback are yours to "
+                f"run) and {len(val)} validation rows (scores only). Specialist programs follow this contract:\n"
+                + program_contract(input_keys(train), outputs, tuple(base.tools)))
+        store = CheckpointStore(self.log_dir) if self.log_dir else None
+        fingerprint = self._fingerprint(student, train, val)
+        runner = Runner(contract, self.optimizer_lm, task, max_turns=self.max_turns, meter=meter,
+                        max_cost_usd=self.max_cost_usd,
+                        on_turn=(lambda r, t: store.commit(self._state(r, fingerprint))) if store else None)
+        if store is not None:
+            store.prepare()
+            evaluator.on_new_result = store.append_eval
+            if store.has_state():
+                self._resume(store, runner, fingerprint)
+        try:
+            with meter.active():
+                runner.run()
+        finally:
+            evaluator.close()
+            if store is not None:
+                store.commit(self._state(runner, fingerprint))
+                store.close()
+        best = contract.output()
+        routed = base.with_library(best.library)
+        routed._sandbox, routed._owns_sandbox = pool, True
+        self.record = self._record(runner, best.index)
+        routed.oeo_record = self.record
+        if self.log_dir:
+            write_record(self.record, Path(self.log_dir))
+        return routed
+
+    # -- helpers -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _output_names(student: dspy.Module) -> tuple[str, ...]:
+        names: list[str] = []
+        for _, predictor in student.named_predictors():
+            names = list(predictor.signature.output_fields)
+        return tuple(names) or ("answer",)
+
+    def _fingerprint(self, student: dspy.Module, train: Sequence[Any], val: Sequence[Any]) -> str:
+        payload = {"program": type(student).__qualname__, "max_calls": self.max_metric_calls,
+                   "max_specialists": self.max_specialists, "seed": self.seed, "failure_score": self.failure_score,
+                   "train": [r.id for r in train], "val": [r.id for r in val]}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    @staticmethod
+    def _state(runner: Runner, fingerprint: str) -> dict[str, Any]:
+        return {"version": STATE_VERSION, "fingerprint": fingerprint, "contract": runner.contract.state_dict(),
+                "runner": runner.state_dict()}
+
+    def _resume(self, store: CheckpointStore, runner: Runner, fingerprint: str) -> None:
+        state = json.loads((store.dir / "state.json").read_text(encoding="utf-8"))
+        if state.get("version") != STATE_VERSION or state.get("fingerprint") != fingerprint:
+            raise InputError(f"log_dir {self.log_dir!r} holds another run (other program, data or settings): use a "
+                             "new log_dir, or delete the old one to start over")
+        runner.contract.load_state_dict(state["contract"])
+        runner.load_state_dict(state["runner"])
+        entries, _ = store.load_evals(set(range(len(runner.contract.checkpoints))))
+        store.rewrite_evals(entries)
+
+    def _record(self, runner: Runner, selected: int) -> dict[str, Any]:
+        c = runner.contract
+        report = c.budget.report()
+        return {"optimizer": "OpenEndedOptimizer", "selected": selected, "stop_reason": runner.stop_reason,
+                "budget": {"max": report.max_calls, "spent": report.spent, "by_kind": report.by_kind},
+                "checkpoints": [cp.to_dict() | {"val_mean": cp.val_mean} for cp in c.checkpoints],
+                "turns": [t.to_dict() for t in runner.turns], "usage": runner.meter.snapshot(),
+                "operational_failures": sum(1 for t in runner.turns if not t.ok),
+                "actions": _action_counts(runner.turns)}
+
+
+def _action_counts(turns: Sequence[Turn]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for t in turns:
+        entry = out.setdefault(t.tool, {"turns": 0, "refused": 0})
+        entry["turns"] += 1
+        entry["refused"] += int(not t.ok)
+    return out
+
+
+def write_record(record: Mapping[str, Any], log_dir: Path) -> None:
+    """run.json, report.md and learning_curve.png of an OEO run."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (log_dir / "run.json").write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
+    (log_dir / "report.md").write_text(render_report(record), encoding="utf-8")
+    plot_learning_curve(record, log_dir / "learning_curve.png")
+
+
+def render_report(r: Mapping[str, Any]) -> str:
+    b = r["budget"]
+    lines = ["# Open-ended optimization run", "",
+             f"- selected checkpoint: #{r['selected']}; stopped: {r['stop_reason'] or 'n/a'}",
+             f"- scored calls: {b['spent']} of {b['max']}; by kind: "
+             + ", ".join(f"{k} {v}" for k, v in b["by_kind"].items() if v),
+             f"- turns: {len(r['turns'])}; operational failures (refused actions): {r['operational_failures']}", "",
+             "## Actions", "", "| action | turns | refused |", "|---|---:|---:|"]
+    lines += [f"| {md_cell(a)} | {c['turns']} | {c['refused']} |" for a, c in r["actions"].items()]
+    lines += ["", "## Checkpoints", "", "| # | from | validation mean | active slots |", "|---:|---:|---:|---|"]
+    for cp in r["checkpoints"]:
+        mean = "—" if cp["val_mean"] is None else f"{cp['val_mean']:.4f}"
+        active = [str(k) for k, s in enumerate(cp["library"]["slots"], start=1) if s.get("active")]
+        lines.append(f"| {cp['index']} | {cp['parent'] if cp['parent'] is not None else '-'} | {mean} | "
+                     f"{','.join(active) or '-'} |")
+    lines += ["", "## Turns", "", "| turn | action | ok | observation chars | spent after | commit | error |",
+              "|---:|---|---|---:|---:|---:|---|"]
+    for t in r["turns"]:
+        commit, error = t["commit"] if t["commit"] is not None else "", md_cell((t["error"] or "")[:200])
+        lines.append(f"| {t['index']} | {md_cell(t['tool'])} | {'yes' if t['ok'] else 'no'} | "
+                     f"{t['observation_chars']} | {t['spent_after']} | {commit} | {error} |")
+    selected = r["checkpoints"][r["selected"]]["library"]
+    lines += ["", "## Selected library", "", "Router:", "", md_fence(selected["router"], "text"), ""]
+    for k, slot in enumerate(selected["slots"], start=1):
+        if slot.get("active"):
+            lines += [f"### Slot {k} ({slot['profile']})", "", md_fence(slot["description"], "text"), "",
+                      md_fence(slot["program_source"], "python"), ""]
+    lines += ["![learning curve](learning_curve.png)", ""]
+    return "\n".join(lines)
+
+
+def plot_learning_curve(r: Mapping[str, Any], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    means = {cp["index"]: cp["val_mean"] for cp in r["checkpoints"]}
+    points = [(t["spent_after"], means.get(_evaluated(t))) for t in r["turns"] if t["tool"] == "evaluate" and t["ok"]]
+    points = [(x, y) for x, y in points if y is not None]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if points:
+        ax.plot([p[0] for p in points], [p[1] for p in points], "o-")
+    ax.set_xlabel("scored calls")
+    ax.set_ylabel("validation mean of the evaluated checkpoint")
+    ax.set_title("OEO: checkpoint evaluations")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _evaluated(turn: Mapping[str, Any]) -> int | None:
+    cp = (turn.get("args") or {}).get("checkpoint")
+    return cp if isinstance(cp, int) else None
+
+
+__all__ = ["OpenEndedOptimizer", "render_report", "write_record"]
