@@ -42,7 +42,7 @@ from dspy_adaptive.profiles import profiles_from
 from dspy_adaptive.tasks import FAMILIES
 from dspy_adaptive.testing import ScriptedWorld
 
-METHODS = ("adaptive", "gepa-fpa-all", "per-family-fpa", "mop", "seed", "one-shot")
+METHODS = ("adaptive", "gepa-fpa-all", "per-family-fpa", "mop", "seed", "one-shot", "oeo")
 AIME_ATTEMPTS = 5
 DEFAULT_MINIBATCH = 24
 #: The paper does not state its merge cap; its main run accepted 26 merges in 47 checks (Appendix L), so a
@@ -256,7 +256,7 @@ def build_program(method: str, spec: Mapping[str, Any], ctx: Context, roles: Rol
     from dspy_adaptive.tasks.programs import SeedProgram
     if method == "seed":
         return ProfileProgram(SeedProgram(), roles.deep)
-    if method in ("adaptive", "one-shot"):
+    if method in ("adaptive", "one-shot", "oeo"):
         from dspy_adaptive import Library, RoutedProgram
         return RoutedProgram(SeedProgram(), Library.from_dict(spec["library"]), fast_lm=roles.fast,
                              deep_lm=roles.deep, tools=ctx.tools, sandbox=ctx.pool)
@@ -320,6 +320,22 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
         payload = {"spec": {"library": run.library.to_dict()}, "budget_used": run.metric_calls,
                    "extra": {"reflection_calls": run.reflection_calls, "rejected": run.rejected,
                              "active_slots": list(run.library.active_ids())}}
+    elif method == "oeo":
+        from dspy_adaptive import OpenEndedOptimizer
+        from dspy_adaptive.tasks.programs import SeedProgram
+        opt = OpenEndedOptimizer(ctx.metric, optimizer_lm=roles.reflection, max_metric_calls=args.budget,
+                                 max_specialists=args.max_specialists, fast_lm=roles.fast, deep_lm=roles.deep,
+                                 tools=ctx.tools, num_threads=args.num_threads, log_dir=str(search_dir),
+                                 seed=args.seed)
+        routed = opt.compile(SeedProgram(), trainset=mix.train, valset=mix.val)
+        routed.close()
+        rec = opt.record
+        selected = rec["checkpoints"][rec["selected"]]
+        payload = {"spec": {"library": selected["library"]}, "budget_used": rec["budget"]["spent"],
+                   "extra": {"best_val": selected["val_mean"], "selected": rec["selected"],
+                             "checkpoints": len(rec["checkpoints"]), "turns": len(rec["turns"]),
+                             "oeo_actions": rec["actions"], "operational_failures": rec["operational_failures"],
+                             "stop_reason": rec["stop_reason"]}}
     elif method == "adaptive":
         from dspy_adaptive import AdaptiveGEPA
         from dspy_adaptive.tasks.programs import SeedProgram
@@ -623,8 +639,10 @@ def run(args: argparse.Namespace) -> dict:
     }
     if selection is not None:
         results["selection"] = selection
-    if args.method in ("adaptive", "mop"):
+    if args.method in ("adaptive", "mop", "oeo"):
         results["routing"] = tables.routing_from_rows(rows)
+    if args.method == "oeo":
+        results["oeo_actions"] = search["extra"].get("oeo_actions", {})
     if args.method == "adaptive":
         results["action_counts"] = search["extra"].get("action_counts", {})
         results["merge_census"] = search["extra"].get("merge_census", {})

@@ -200,6 +200,10 @@ def render_run(results: Mapping[str, Any]) -> str:
     if results.get("routing"):
         parts += ["## Table 4 — routing agreement (%) under a post-hoc majority-family mapping (test)", "",
                   table4([results]), "", "Executed-slot counts:", "", routing_counts(results), ""]
+    if results.get("method") == "oeo" and results.get("oeo_actions"):
+        parts += ["## Table 5 (OEO) — optimizer actions (turns / refused by the contract)", "",
+                  "| action | turns | refused |", "|---|---:|---:|"]
+        parts += [f"| {a} | {c['turns']} | {c['refused']} |" for a, c in results["oeo_actions"].items()] + [""]
     if results.get("method") == "adaptive":
         parts += ["## Table 5 — proposed / accepted edits by action", "", table5(results.get("action_counts") or {}),
                   ""]

@@ -101,8 +101,20 @@ def item_metrics(initial: set[str], a: set[str], b: set[str], items: set[str]) -
 
 # -- reading runs --------------------------------------------------------------------------------------------
 
+def checkpoint_states(run: Mapping[str, Any]) -> list[Sections]:
+    """An OEO run.json: the selected checkpoint's chain of committed revisions, in commit order."""
+    by_index = {cp["index"]: cp for cp in run["checkpoints"]}
+    chain, cur = [], run["selected"]
+    while cur is not None:
+        chain.append(by_index[cur])
+        cur = by_index[cur]["parent"]
+    return [library_sections(cp["library"]) for cp in reversed(chain)]
+
+
 def lineage_states(run: Mapping[str, Any]) -> list[Sections]:
     """AdaptiveGEPA's run.json: the selected candidate's ancestors and itself, in discovery order."""
+    if "checkpoints" in run and "turns" in run:
+        return checkpoint_states(run)
     parents = run["parents"]
     best = run["best_idx"]
     seen, stack = {best}, [best]

@@ -271,6 +271,14 @@ class ScriptedWorld:
         if "revised_source" in fields:                                         # dspy.GEPA code proposer
             current = call.field("current_source") or ""
             return {"revised_source": FPA_REJECTED_SRC if "# fpa-v2" in current else FPA_V2_SRC}
+        if "next_tool_name" in fields:                                         # OEO: a fixed, sensible plan
+            done = len(re.findall(r"^turn \d+:", call.field("history") or "", re.M))
+            plan = [("inspect", {}), ("run_train", {"sample": 4}), ("evaluate", {"checkpoint": 0}),
+                    ("revise", {"slots": {"1": {"description": MATH_DESC, "program": MATH_SRC, "profile": "deep"},
+                                          "2": {"description": QA_DESC, "program": QA_SRC, "profile": "fast"}}}),
+                    ("evaluate", {"checkpoint": 1}), ("select", {"checkpoint": 1}), ("stop", {})]
+            tool, args = plan[min(done, len(plan) - 1)]
+            return {"next_thought": f"step {done + 1}", "next_tool_name": tool, "next_tool_args": args}
         if "router" in fields and "specialists" in fields:                      # one-shot: a whole library
             return {"router": DEFAULT_ROUTER,
                     "specialists": [{"description": MATH_DESC, "program": MATH_SRC, "profile": "deep"},

@@ -13,7 +13,8 @@ from tests.conftest import SHARED_DATA
 
 TINY = ["--scripted", "--data", str(SHARED_DATA), "--sizes", "2,2,2", "--num-threads", "4", "--no-progress",
         "--seed", "43"]
-BUDGET = {"adaptive": "60", "gepa-fpa-all": "60", "per-family-fpa": "60", "mop": "60", "seed": "60", "one-shot": "60"}
+BUDGET = {"adaptive": "60", "gepa-fpa-all": "60", "per-family-fpa": "60", "mop": "60", "seed": "60", "one-shot": "60",
+          "oeo": "60"}
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,11 @@ def test_each_method_writes_results_labels_and_tables(runs, method):
         assert "fpa-v2" in res["spec"]["module_src"]                           # the valid proposal won
     if method == "seed":
         assert res["budget"]["used"] == 0
+    if method == "oeo":                            # the scripted optimizer's plan: two specialists, selected
+        extra = res["search"]["extra"]
+        assert extra["selected"] == 1 and extra["operational_failures"] == 0 and res["budget"]["used"] > 0
+        assert "Table 5 (OEO)" in text and "Table 4" in text and (d / "search" / "run.json").exists()
+        assert {r["route"] for r in res["test"] if r["family"] == "aime"} != {0}
     if method == "one-shot":                       # one reflection call wrote the whole library; nothing scored
         assert res["budget"]["used"] == 0 and res["search"]["extra"]["reflection_calls"] == 1
         assert res["search"]["extra"]["active_slots"] == [1, 2] and not res["search"]["extra"]["rejected"]
