@@ -23,7 +23,7 @@ from dspy_adaptive.tasks import FAMILIES
 
 FAMILY_TITLES = {"hotpotqa": "HotpotQA", "aime": "AIME", "pupa": "PUPA", "livebench_if": "LB-IF"}
 METHOD_TITLES = {"seed": "Generic seed", "mop": "MoP", "grpo": "GRPO", "gepa-fpa-all": "GEPA-FPA-ALL",
-                 "adaptive": "Adaptive-GEPA",
+                 "adaptive": "Adaptive-GEPA", "oeo": "Open-ended (OEO)", "one-shot": "One-shot rewrite",
                  "per-family-fpa": "Per-family GEPA-FPA (labels)"}
 ACTION_TITLES = {"activate": "Activate specialist", "rewrite_program": "Rewrite program",
                  "rewrite_router": "Rewrite router", "rewrite_description": "Rewrite description",
