@@ -10,6 +10,7 @@ first LM call; errors say what to fix.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -50,7 +51,7 @@ from dspy_adaptive.search.evaluate import Evaluator
 from dspy_adaptive.search.sampling import BatchSampler, uniform_sampler
 from dspy_adaptive.search.select import SELECTORS, make_selector
 from dspy_adaptive.tracking import SearchTracker, TrackingSettings
-from dspy_adaptive.usage import UsageMeter
+from dspy_adaptive.usage import UsageMeter, current_meter
 
 ALIGNMENTS = ("mutual_best", "hungarian")
 
@@ -93,6 +94,21 @@ def sandbox_record(pool: SandboxPool) -> dict[str, Any]:
             return pool.isolation_report().to_dict()
     except Exception as e:  # noqa: BLE001 - the record says so instead of failing a finished search
         return {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+
+
+def build_row_scorer(*, student: dspy.Module, k: int, fast_lm: Any, deep_lm: Any, tools: Any,
+                     input_names: Sequence[str], sandbox: "SandboxSettings", metric: Callable, failure_score: float,
+                     keep_outputs: bool, format_failure_feedback: bool) -> tuple[RoutedProgram, Callable]:
+    """Inside a Ray actor: the run's base RoutedProgram with a sandbox pool of its own, and its row scorer."""
+    base = RoutedProgram(student, Library.empty(k), fast_lm=fast_lm, deep_lm=deep_lm, tools=tools,
+                         input_names=input_names)
+    s = sandbox
+    pool = SandboxPool(max_workers=2, timeout=s.timeout, call_timeout=s.call_timeout, memory_mb=s.memory_mb,
+                       max_predictor_calls=s.max_predictor_calls, tool_names=tuple(base.tools), isolation=s.isolation)
+    base._sandbox, base._owns_sandbox = pool, True
+    evaluator = Evaluator(base, metric, Budget(1), failure_score=failure_score, keep_outputs=keep_outputs,
+                          format_failure_feedback=format_failure_feedback)
+    return base, evaluator.score_row
 
 
 class ResumeMismatchError(InputError):
@@ -227,6 +243,10 @@ class AdaptiveGEPA(Teleprompter):
             source is generated from it, so it always passes the sandbox policy; suits small local reflection
             models) or "auto" (code, switching a target to structured after 2 recent code proposals for it
             were rejected before the gate).
+        executor: where rows run: "threads" (default; a thread pool in this process) or "ray" (long-lived Ray
+            actors, `num_threads` of them, each holding the student, a warm sandbox pool and the LM clients;
+            needs the ray extra). The budget, cache, archive and every decision stay in this process.
+        ray_address: with executor="ray", the Ray cluster to use (None: a running Ray, else a local one).
     """
 
     def __init__(
@@ -279,6 +299,8 @@ class AdaptiveGEPA(Teleprompter):
         max_cost_usd: float | None = None,
         max_repair_attempts: int = 1,
         proposal_format: str = "code",
+        executor: str = "threads",
+        ray_address: str | None = None,
     ):
         super().__init__()
         _check_metric(metric)
@@ -396,6 +418,14 @@ class AdaptiveGEPA(Teleprompter):
             raise InputError(f"proposal_format must be one of {', '.join(map(repr, PROPOSAL_FORMATS))}, got "
                              f"{proposal_format!r}")
         self.proposal_format = proposal_format
+        if executor not in ("threads", "ray"):
+            raise InputError(f"executor must be 'threads' or 'ray', got {executor!r}")
+        if ray_address is not None and executor != "ray":
+            raise InputError('ray_address is set but executor is not "ray": pass executor="ray" as well')
+        if executor == "ray":
+            from dspy_adaptive.search.ray_executor import require_ray
+            require_ray()                  # a clear error now, before any LM money is spent
+        self.executor, self.ray_address = executor, ray_address
 
     # -- budget --------------------------------------------------------------------------------------
     def _budget_calls(self, student: dspy.Module, n_train: int, n_val: int) -> int:
@@ -478,7 +508,9 @@ class AdaptiveGEPA(Teleprompter):
         evaluator = Evaluator(base, self.metric, budget, num_threads=num_threads, failure_score=self.failure_score,
                               keep_outputs=self.track_best_outputs,
                               format_failure_feedback=self.add_format_failure_as_feedback,
-                              reuse_scores=self.reuse_scores)
+                              reuse_scores=self.reuse_scores,
+                              executor=self._ray_executor(student, train, num_threads, meter)
+                              if self.executor == "ray" else None)
         selector = self.component_selector if callable(self.component_selector) else None
         if self.instruction_proposer is not None or self.code_proposer is not None or selector is not None:
             reflector = ProposerReflector(self.reflection_lm, instruction_proposer=self.instruction_proposer,
@@ -553,6 +585,23 @@ class AdaptiveGEPA(Teleprompter):
             write_run_record(result, tmp)
             routed.export(Path(tmp) / "best_library")
             tracker.log_artifacts(Path(tmp))
+
+    def _ray_executor(self, student: dspy.Module, train: Sequence[Row], num_threads: int, meter: UsageMeter) -> Any:
+        """Ray actors that each rebuild this run's base program (student, profiles, tools, sandbox limits) and
+        score rows with the same settings as the thread executor."""
+        from dspy_adaptive.search.ray_executor import RayExecutor
+        spec = dict(student=student, k=self.max_specialists, fast_lm=self.fast_lm, deep_lm=self.deep_lm,
+                    tools=self.tools, input_names=input_keys(train), sandbox=self.sandbox_settings, metric=self.metric,
+                    failure_score=self.failure_score, keep_outputs=self.track_best_outputs,
+                    format_failure_feedback=self.add_format_failure_as_feedback)
+
+        def on_usage(snapshot: dict[str, Any]) -> None:     # into the proposal's ledger too, when one is open
+            (current_meter() or meter).merge(snapshot)
+
+        return RayExecutor(functools.partial(build_row_scorer, **spec), num_actors=num_threads,
+                           address=self.ray_address, failure_score=self.failure_score, on_usage=on_usage,
+                           settings={"lm": dspy.settings.lm, "adapter": dspy.settings.adapter},
+                           num_cpus=max(2, num_threads))
 
     def _proposal_options(self) -> dict[str, Any]:
         return {"max_repair_attempts": self.max_repair_attempts, "proposal_format": self.proposal_format}

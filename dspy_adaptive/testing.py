@@ -110,6 +110,16 @@ class ScriptedEngine:
         self.calls: list[ScriptedCall] = []
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:     # picklable (Ray actors, processes): a fresh lock and record
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        state["calls"] = []
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def complete(self, request: Any) -> Response:
         system = request.system if isinstance(request.system, str) else "".join(
             p.text for p in (request.system or []))

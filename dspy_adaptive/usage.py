@@ -112,6 +112,16 @@ class UsageMeter:
             for role_name, c in counts.items():
                 self._by_role[role_name].update(c)
 
+    def merge(self, counts: dict[str, dict[str, float]]) -> None:
+        """Add another meter's snapshot (e.g. a Ray actor's) to this one and its parents."""
+        with self._lock:
+            for role_name, c in counts.items():
+                entry = self._by_role[role_name]
+                for k in entry:
+                    entry[k] += c.get(k, 0)
+        if self.parent is not None:
+            self.parent.merge(counts)
+
     def snapshot(self) -> dict[str, dict[str, float]]:
         with self._lock:
             return {r: dict(v) for r, v in sorted(self._by_role.items())}

@@ -21,10 +21,8 @@ minibatches and merge checks `{"disable_logging": True}`. With no callback confi
 
 from __future__ import annotations
 
-import contextvars
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 import dspy
@@ -37,6 +35,7 @@ from dspy_adaptive.records import BudgetKind, RowResult
 from dspy_adaptive.routed_program import RoutedProgram
 from dspy_adaptive.scoring import score_example
 from dspy_adaptive.search.budget import Budget
+from dspy_adaptive.search.executor import RowExecutor, ThreadExecutor
 
 
 class Evaluator:
@@ -51,7 +50,8 @@ class Evaluator:
     def __init__(self, base: RoutedProgram, metric: Callable, budget: Budget, *, num_threads: int = 1,
                  failure_score: float = 0.0, cache: dict[tuple[str, str], RowResult] | None = None,
                  on_new_result: Callable[[int, str, RowResult], None] | None = None, keep_outputs: bool = False,
-                 format_failure_feedback: bool = False, reuse_scores: bool = False):
+                 format_failure_feedback: bool = False, reuse_scores: bool = False,
+                 executor: RowExecutor | None = None):
         self.base = base
         self.keep_outputs = keep_outputs                          # whole outputs (track_best_outputs)
         self.format_failure_feedback = format_failure_feedback    # add_format_failure_as_feedback
@@ -63,16 +63,18 @@ class Evaluator:
         self.reuse_scores = reuse_scores
         self.faulty: list[RowResult] = []   # every scored call that failed, or whose metric or router misbehaved
         self.num_threads = max(1, num_threads)
-        self._pool = ThreadPoolExecutor(max_workers=self.num_threads, thread_name_prefix="adaptive-eval") \
-            if self.num_threads > 1 else None
+        self.executor: RowExecutor = executor or ThreadExecutor(self.base.with_library, self.score_row,
+                                                                self.num_threads)
         self._lock = threading.Lock()
         self.schedule = None  # a search.schedule.Schedule, when the caller wants the step record
 
     def close(self, wait: bool = True) -> None:
-        """Stop the row threads. `wait=False` (an interrupted search): rows not started yet are cancelled and
+        """Stop the executor. `wait=False` (an interrupted search): rows not started yet are cancelled and
         the caller does not wait for the ones running (their results are logged as they finish)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=wait, cancel_futures=not wait)
+        if isinstance(self.executor, ThreadExecutor):
+            self.executor.close(wait=wait)
+        else:
+            self.executor.close()
 
     def evaluate(self, library: Library, rows: Sequence[Row], kind: BudgetKind, tag: int = 0) -> tuple[RowResult, ...]:
         """Results for `rows` in order, executed in parallel and charged to `kind` (with `reuse_scores`, only
@@ -99,9 +101,9 @@ class Evaluator:
                  tag: int) -> tuple[RowResult, ...]:
         """Run and charge every row of `todo` (in order); remember each result as the latest for its key."""
         if todo:
-            program = self.base.with_library(library)
             t0 = time.perf_counter()
-            fresh = self._map(lambda r: self._score_and_log(program, r, tag, key), todo)
+            log = None if self.on_new_result is None else (lambda res: self.on_new_result(tag, key, res))
+            fresh = self.executor.run(library, todo, log)
             if self.schedule is not None:
                 depth = max(sum(1 for s in r.steps) for r in fresh)
                 self.schedule.record(kind, len(fresh), depth, t0, time.perf_counter())
@@ -120,20 +122,11 @@ class Evaluator:
             with self._lock:
                 self.faulty.append(res)
 
-    def _map(self, fn: Callable[[Row], RowResult], rows: list[Row]) -> list[RowResult]:
-        if self._pool is None or len(rows) == 1:
-            return [fn(r) for r in rows]
-        futures = [self._pool.submit(contextvars.copy_context().run, fn, r) for r in rows]
-        return [f.result() for f in futures]
-
-    def _score_and_log(self, program: RoutedProgram, row: Row, tag: int, key: str) -> RowResult:
-        """Score one row and log it at once: a kill mid-batch must not hide calls already made."""
-        res = score_example(program, row.example, self.metric, row_id=row.id, failure_score=self.failure_score,
-                            predictor_label=program.predictor_label, clip_outputs=not self.keep_outputs,
-                            format_failure_feedback=self.format_failure_feedback)
-        if self.on_new_result is not None:
-            self.on_new_result(tag, key, res)
-        return res
+    def score_row(self, program: RoutedProgram, row: Row) -> RowResult:
+        """Score one row (the package's one scoring function, with this run's settings)."""
+        return score_example(program, row.example, self.metric, row_id=row.id, failure_score=self.failure_score,
+                             predictor_label=program.predictor_label, clip_outputs=not self.keep_outputs,
+                             format_failure_feedback=self.format_failure_feedback)
 
 
 FULL_VALIDATIONS = ("seed_validation", "validation")

@@ -1,0 +1,138 @@
+"""`executor="ray"`: rows run on long-lived Ray actors (Ray is an optional extra: pip install -e ".[ray]").
+
+Each actor is built once and holds what a row needs: the student (the frozen fallback), a RoutedProgram
+with its own warm sandbox pool, the LM clients (the configured LM and adapter, and the fast/deep profiles)
+and the metric. A batch is split across the actors in contiguous chunks; each actor receives (library,
+rows) and returns one RowResult per row, with traces, plus the LM usage it spent (added to the driver's
+cost ledger under the same roles). The budget, the cache, the run record and every decision stay in the
+driver: results are charged there, once, after they arrive.
+
+A failed actor (its process died, or Ray lost it) is replaced and its rows are run again on the new actor,
+up to `max_retries` times; rows that still cannot run come back as failed RowResults (scored
+`failure_score`, error kind `executor`). No row is lost, none is charged twice: a chunk whose actor died
+returned nothing, so nothing of it was charged or logged.
+
+With the same seed and an LM whose answers depend only on the prompt, the results equal the thread
+executor's: each row is scored by the same function on the same program, and results come back in row order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from dspy_adaptive.data import InputError, Row
+from dspy_adaptive.library import Library
+from dspy_adaptive.records import RowResult
+from dspy_adaptive.search.executor import OnResult
+
+
+def require_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise InputError('executor="ray" needs Ray, an optional extra: pip install -e ".[ray]" (or pip install ray); '
+                         'executor="threads" (the default) needs nothing') from None
+    return ray
+
+
+class RowActor:
+    """One Ray actor: a RoutedProgram with its own sandbox pool and the LM clients (built once)."""
+
+    def __init__(self, build: Callable[[], tuple[Any, Callable[[Any, Row], RowResult]]], settings: dict[str, Any]):
+        import dspy
+
+        from dspy_adaptive.usage import UsageMeter
+        dspy.configure(**{k: v for k, v in settings.items() if v is not None})
+        self.base, self.score_row = build()
+        self.meter_cls = UsageMeter
+
+    def run(self, library: dict[str, Any], rows: list[Row]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        program = self.base.with_library(Library.from_dict(library))
+        meter = self.meter_cls()
+        with meter.active():
+            results = [self.score_row(program, r).to_dict() for r in rows]
+        return results, meter.snapshot()
+
+    def pid(self) -> int:
+        import os
+        return os.getpid()
+
+
+class RayExecutor:
+    """Rows on `num_actors` long-lived Ray actors (see the module docstring).
+
+    Args:
+        build: a picklable function returning (base RoutedProgram, score_row) inside an actor.
+        num_actors: how many actors (each with its own sandbox pool).
+        address: a Ray cluster address (None: the running Ray, else a local one with `num_cpus`).
+        settings: dspy.settings to configure in each actor (the LM and adapter the program relies on).
+        failure_score: the score of a row that could not be run.
+        max_retries: how many times a dead actor's rows are run again on a replacement.
+        on_usage: called with each chunk's LM usage snapshot (per role).
+    """
+
+    def __init__(self, build: Callable[[], Any], *, num_actors: int = 2, address: str | None = None,
+                 settings: dict[str, Any] | None = None, failure_score: float = 0.0, max_retries: int = 2,
+                 on_usage: Callable[[dict[str, Any]], None] | None = None, num_cpus: int | None = None):
+        self.ray = require_ray()
+        if not self.ray.is_initialized():
+            self.ray.init(address=address, num_cpus=num_cpus if address is None else None,
+                          include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        self._actor_cls = self.ray.remote(num_cpus=0)(RowActor)
+        self._build, self._settings = build, dict(settings or {})
+        self.failure_score, self.max_retries, self.on_usage = failure_score, max_retries, on_usage
+        self.actors = [self._new_actor() for _ in range(max(1, num_actors))]
+        self.replaced = 0
+
+    def _new_actor(self) -> Any:
+        return self._actor_cls.remote(self._build, self._settings)
+
+    def run(self, library: Library, rows: Sequence[Row], on_result: OnResult | None = None) -> list[RowResult]:
+        rows = list(rows)
+        if not rows:
+            return []
+        n = min(len(self.actors), len(rows))
+        size = -(-len(rows) // n)
+        chunks = [(i, rows[i * size:(i + 1) * size]) for i in range(n) if rows[i * size:(i + 1) * size]]
+        lib = library.to_dict()
+        pending = {self.actors[i].run.remote(lib, chunk): (i, chunk, 0) for i, chunk in chunks}
+        done: dict[int, list[RowResult]] = {}
+        while pending:
+            ready, _ = self.ray.wait(list(pending), num_returns=1)
+            ref = ready[0]
+            i, chunk, attempt = pending.pop(ref)
+            try:
+                results, usage = self.ray.get(ref)
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorDiedError,
+                    self.ray.exceptions.WorkerCrashedError) as e:
+                self.actors[i] = self._new_actor()          # replace the dead actor; its rows were never charged
+                self.replaced += 1
+                if attempt < self.max_retries:
+                    pending[self.actors[i].run.remote(lib, chunk)] = (i, chunk, attempt + 1)
+                    continue
+                results, usage = [self._failed(r, e).to_dict() for r in chunk], {}
+            parsed = [RowResult.from_dict(d) for d in results]
+            if usage and self.on_usage is not None:
+                self.on_usage(usage)
+            for res in parsed:
+                if on_result is not None:
+                    on_result(res)
+            done[i] = parsed
+        return [res for i in sorted(done) for res in done[i]]
+
+    def _failed(self, row: Row, error: Exception) -> RowResult:
+        reason = f"the executor could not run this row: {type(error).__name__}"
+        return RowResult(row_id=row.id, score=self.failure_score, feedback=f"The program could not be run, so it "
+                         f"scored {self.failure_score}: {reason}", output=None, selected=None, executed=None,
+                         fallback_reason=None, error=reason, steps=(), error_kind="executor")
+
+    def close(self) -> None:
+        for actor in self.actors:
+            try:
+                self.ray.kill(actor)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.actors = []
+
+
+__all__ = ["RayExecutor", "RowActor", "require_ray"]

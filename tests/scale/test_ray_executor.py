@@ -1,0 +1,95 @@
+"""executor="ray" on a local Ray: the same archive and budget as threads, and a dead actor loses no row."""
+
+from __future__ import annotations
+
+import os
+
+import dspy
+import pytest
+
+from dspy_adaptive import AdaptiveGEPA
+from tests.core import toy
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+def search(executor, metric=toy.metric, **kw):
+    train, val = toy.make_examples(4), toy.make_examples(4, offset=100)
+    with dspy.context(lm=toy.actor_lm()):
+        res = AdaptiveGEPA(metric, reflection_lm=toy.reflection_lm(vary=True), max_metric_calls=60,
+                           reflection_minibatch_size=4, seed=3, use_merge=False, track_stats=True, progress=False,
+                           num_threads=2, executor=executor, **kw).compile(
+            dspy.Predict("question -> answer"), trainset=train, valset=val)
+    out = routed_summary(res.detailed_results)
+    res.close()
+    return out
+
+
+def routed_summary(d):
+    return {"hashes": [lib.content_hash for lib in d.libraries], "scores": d.val_aggregate_scores,
+            "budget": d.budget, "proposals": [(p["action"], p["accepted"], p["failure"]) for p in d.proposals]}
+
+
+class PidMetric:
+    """Records which process scored each row."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None):
+        with open(self.path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return toy.metric(gold, pred, trace, pred_name, pred_trace)
+
+
+def test_threads_and_ray_give_the_same_archive_and_budget(tmp_path):
+    threads, on_ray = search("threads"), search("ray", metric=PidMetric(tmp_path / "pids"))
+    assert on_ray == threads
+    assert len(threads["hashes"]) >= 2                       # the search did archive an edit
+    pids = set((tmp_path / "pids").read_text().split())
+    assert pids and str(os.getpid()) not in pids             # every row ran in an actor, none in the driver
+
+
+class DiesOnce:
+    """A metric that kills the process it runs in the first time it scores one row (a crashed actor)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None):
+        if gold.id == "a101" and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)
+        return toy.metric(gold, pred, trace, pred_name, pred_trace)
+
+
+def test_a_dead_actor_loses_no_row_and_charges_none_twice(tmp_path):
+    expected = search("threads")
+    got = search("ray", metric=DiesOnce(tmp_path / "died"))
+    assert (tmp_path / "died").exists()                      # an actor really died mid-batch
+    assert got == expected                                   # its rows ran again elsewhere; counts unchanged
+
+
+def test_ray_executor_needs_the_extra(monkeypatch):
+    import builtins
+
+    from dspy_adaptive.data import InputError
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("No module named 'ray'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(InputError, match=r'pip install -e "\.\[ray\]"'):
+        AdaptiveGEPA(toy.metric, reflection_lm=toy.reflection_lm(), max_metric_calls=10, executor="ray")
+    with pytest.raises(InputError, match="executor must be"):
+        AdaptiveGEPA(toy.metric, reflection_lm=toy.reflection_lm(), max_metric_calls=10, executor="dask")
