@@ -50,6 +50,7 @@ class AdaptiveGEPAResult:
     sandbox: dict[str, Any] = field(default_factory=dict)           # IsolationReport.to_dict() of the run's pool
     merge_census: dict[str, Any] = field(default_factory=dict)      # merge.census: checks, passes, Table 10
     reproducibility: str = ""                                       # whether the seed fixes the run, and why
+    endpoints: dict[str, dict[str, int]] = field(default_factory=dict)   # pooled LMs: calls/tokens per endpoint
 
     @property
     def best_candidate(self) -> Library:
@@ -360,6 +361,11 @@ def render_markdown(r: AdaptiveGEPAResult) -> str:
         lines += metric_fault_lines(f)
     lines += outcome_lines(r)
     lines += usage_lines(r)
+    if r.endpoints:
+        lines += ["", "LM endpoints (pooled LMs, through litellm's Router):", "",
+                  "| endpoint | calls | prompt tokens | completion tokens |", "|---|---:|---:|---:|"]
+        lines += [f"| {md_cell(ep)} | {c['calls']} | {c['prompt_tokens']} | {c['completion_tokens']} |"
+                  for ep, c in sorted(r.endpoints.items())]
     lines += ["", *sandbox_markdown(r.sandbox)]
     routes = Counter(v for v in r.executed[r.best_idx].values())
     lines += ["", f"## Routing of the best candidate on validation ({len(r.executed[r.best_idx])} rows)", ""]

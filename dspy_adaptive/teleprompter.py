@@ -552,6 +552,11 @@ class AdaptiveGEPA(Teleprompter):
         result = AdaptiveGEPAResult.from_state(engine.state_dict(), row_results=evaluator.faulty,
                                                schedule=engine.schedule.to_list(), log_dir=self.log_dir,
                                                sandbox=sandbox_record(pool))
+        from dspy_adaptive.lm.pool import endpoint_usage
+        endpoints = endpoint_usage(*{id(lm): lm for lm in (self.fast_lm, self.deep_lm, self.reflection_lm,
+                                                            dspy.settings.lm) if lm is not None}.values())
+        if endpoints:
+            result = dataclasses.replace(result, endpoints=endpoints)
         routed = base.with_library(best.library)
         routed._sandbox, routed._owns_sandbox = pool, True
         routed._route_memo = None
