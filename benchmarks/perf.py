@@ -71,6 +71,12 @@ class CallLog:
         self.intervals: list[tuple[float, float]] = []
         self.lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:     # Ray actors get a fresh log (intervals are driver-side only)
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()
+
     def wrap(self, respond, latency: float):
         def timed(call):
             t0 = time.perf_counter()
@@ -156,21 +162,63 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+class TimedMetric:
+    """The metric, with the wall time of every call (the n-th scored call's time is when candidates found at
+    n calls existed: the basis of time to quality)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None):
+        out = metric(gold, pred, trace, pred_name, pred_trace)
+        with self.lock:
+            self.times.append(time.perf_counter())
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:      # in a Ray actor the times stay there: time to quality is
+        return {}                                  # measured with threads only
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()
+
+
+def quality_times(times: list[float], t0: float, found_at: list[int], scores: list[float]) -> list[tuple[float, float]]:
+    """(seconds since t0, validation score) of each candidate, in discovery order."""
+    ordered = sorted(times)
+    out = []
+    for calls, score in sorted(zip(found_at, scores)):
+        if ordered:
+            out.append((ordered[min(max(calls, 1), len(ordered)) - 1] - t0, score))
+    return out
+
+
+def time_to(points: list[tuple[float, float]], target: float) -> float | None:
+    """The first time a candidate reached `target`, or None."""
+    hits = [t for t, score in points if score >= target - 1e-9]
+    return min(hits) if hits else None
+
+
 def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int, k: int,
-            n_train: int, n_val: int, task: str = "climb", reuse_scores: bool = False) -> dict[str, Any]:
+            n_train: int, n_val: int, task: str = "climb", reuse_scores: bool = False,
+            executor: str = "threads") -> dict[str, Any]:
     log, t = CallLog(), Task(task)
+    timed = TimedMetric()
     actor = scripted_lm(log.wrap(t.actor, latency), model="scripted/actor")
     train, val = examples(n_train, 0), examples(n_val, 10_000)
     program = dspy.Predict("question -> answer")
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if executor == "ray":          # a running Ray, as on a cluster that is up: its own start is not the search's
+        import ray
+        ray.init(num_cpus=max(2, threads), include_dashboard=False, log_to_driver=False)
     cpu0, child0, t0 = time.process_time(), _children_cpu(), time.perf_counter()
     with dspy.context(lm=actor):
         if method == "adaptive":
             from dspy_adaptive import AdaptiveGEPA
             refl = scripted_lm(log.wrap(t.adaptive_reflection, latency), model="scripted/reflection")
-            opt = AdaptiveGEPA(metric, reflection_lm=refl, max_metric_calls=budget, num_threads=threads,
+            opt = AdaptiveGEPA(timed, reflection_lm=refl, max_metric_calls=budget, num_threads=threads,
                                seed=seed, track_stats=True, progress=False, use_merge=False,
-                               max_concurrent_proposals=k, reuse_scores=reuse_scores)
+                               max_concurrent_proposals=k, reuse_scores=reuse_scores, executor=executor)
             routed = opt.compile(program, trainset=train, valset=val)
             res = routed.detailed_results
             routed.close()
@@ -179,13 +227,14 @@ def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int
             ideal = critical_path(res.schedule, threads, latency)
         else:
             refl = scripted_lm(log.wrap(t.gepa_reflection, latency), model="scripted/reflection")
-            opt = dspy.GEPA(metric=metric, reflection_lm=refl, max_metric_calls=budget, num_threads=threads,
+            opt = dspy.GEPA(metric=timed, reflection_lm=refl, max_metric_calls=budget, num_threads=threads,
                             seed=seed, track_stats=True, use_merge=False)
             out = opt.compile(program, trainset=train, valset=val)
             res = out.detailed_results
             calls, best, n_cands = res.total_metric_calls, max(res.val_aggregate_scores), len(res.candidates)
             ideal = interval_critical_path(log.intervals, threads, latency)
     wall = time.perf_counter() - t0
+    points = quality_times(timed.times, t0, list(res.discovery_eval_counts), list(res.val_aggregate_scores))
     cpu = (time.process_time() - cpu0) + (_children_cpu() - child0)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     floors = {}
@@ -197,7 +246,13 @@ def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int
             "ideal_s": ideal, "efficiency": (ideal / wall) if latency and wall else None,
             "peak_rss_mb": rss / 1024, "rss_growth_mb": (rss - rss0) / 1024, "candidates": n_cands,
             "best_val": best, "predict_cpu_ms": floors.get("predict_cpu_ms"),
-            "routed_cpu_ms": floors.get("routed_cpu_ms")}
+            "routed_cpu_ms": floors.get("routed_cpu_ms"), "quality_points": points, "executor": executor,
+            "startup_s": _ray_startup() if executor == "ray" else 0.0}
+
+
+def _ray_startup() -> float:
+    from dspy_adaptive.search.ray_executor import RayExecutor
+    return RayExecutor.last_startup_s
 
 
 def predictor_call_cpu_ms(task: Task, threads: int, n: int = 600) -> float:
@@ -332,6 +387,55 @@ def ratios(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def time_to_quality(rows: list[dict[str, Any]]) -> str:
+    """Per latency and method: the wall time at which a run first reached dspy.GEPA's final best validation
+    score (same seed), the figure users feel, beside the per-call ratios."""
+    out = []
+    for lat in sorted({r["latency"] for r in rows}):
+        for (method, k) in sorted({(r["method"], r["k"]) for r in rows if r["latency"] == lat}):
+            times, missed = [], 0
+            for r in rows:
+                if r["latency"] != lat or r["method"] != method or r["k"] != k:
+                    continue
+                base = [b for b in rows if b["latency"] == lat and b["method"] == "gepa" and b["seed"] == r["seed"]]
+                if not base:
+                    continue
+                hit = time_to([tuple(p) for p in r["quality_points"]], base[0]["best_val"])
+                if hit is None:
+                    missed += 1
+                else:
+                    times.append(hit)
+            name = "dspy.GEPA" if method == "gepa" else f"Adaptive-GEPA k={k}"
+            shown = f"{statistics.mean(times):.2f} s (mean of {len(times)})" if times else "never"
+            out.append(f"- latency {1000 * lat:.0f} ms, {name}: reached dspy.GEPA's final best validation score at "
+                       f"{shown}" + (f"; not reached in {missed} run(s)" if missed else ""))
+    return "\n".join(out)
+
+
+def ray_comparison(rows: list[dict[str, Any]]) -> str:
+    """Wall per scored call through Ray actors against threads (same seeds), and Ray's overhead per row."""
+    lines = ["| seed | threads wall ms/call | ray wall ms/call (actors ready) | ray / threads | ray overhead ms/row | "
+             "actor start-up s |", "|---:|---:|---:|---:|---:|---:|"]
+    ratios_, overheads = [], []
+    for seed in sorted({r["seed"] for r in rows}):
+        th = [r for r in rows if r["seed"] == seed and r["executor"] == "threads"]
+        ry = [r for r in rows if r["seed"] == seed and r["executor"] == "ray"]
+        if not th or not ry:
+            continue
+        a, b = th[0], ry[0]
+        steady = (b["wall_s"] - b["startup_s"]) * 1000 / max(b["calls"], 1)
+        ratio = steady / a["wall_ms_per_call"]
+        overhead = steady - a["wall_ms_per_call"]
+        ratios_.append(ratio)
+        overheads.append(overhead)
+        lines.append(f"| {seed} | {a['wall_ms_per_call']:.1f} | {steady:.1f} | {ratio:.2f} | {overhead:+.1f} | "
+                     f"{b['startup_s']:.1f} |")
+    if ratios_:
+        lines.append(f"\nmean ray/threads wall per call {statistics.mean(ratios_):.2f}; mean Ray overhead "
+                     f"{statistics.mean(overheads):+.1f} ms per scored call")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")   # offline; inherited by the runs it spawns
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -349,13 +453,30 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reuse-scores", action="store_true",
                    help="AdaptiveGEPA reuse_scores=True (the pre-issue-15 (content hash, row) reuse) instead of the "
                         "paper's accounting, where every scoring invocation is executed and charged")
+    p.add_argument("--executor", choices=("threads", "ray"), default="threads",
+                   help="ray: compare AdaptiveGEPA on Ray actors with threads at --latencies (default here 0.2 s): "
+                        "wall per scored call and Ray's overhead per row (needs the ray extra)")
     p.add_argument("--single", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.single is not None:
         method, lat, th, bud, seed, k, ntr, nv, task, *rest = a.single
         print(json.dumps(run_one(method, latency=float(lat), threads=int(th), budget=int(bud), seed=int(seed),
                                  k=int(k), n_train=int(ntr), n_val=int(nv), task=task,
-                                 reuse_scores=rest == ["reuse"])))
+                                 reuse_scores="reuse" in rest, executor="ray" if "ray" in rest else "threads")))
+        return
+    if a.executor == "ray":
+        latency = a.latencies[0] if a.latencies != [0.0, 0.05] else 0.2    # default here: a 200 ms LM
+        rows = []
+        for seed in a.seeds:
+            for ex in ("threads", "ray"):
+                rows.append(spawn(["adaptive", str(latency), str(a.threads), str(a.budget), str(seed), "1",
+                                   str(a.train), str(a.val), a.task] + (["ray"] if ex == "ray" else [])))
+            print(f"done seed={seed}", file=sys.stderr)
+        print(f"AdaptiveGEPA, latency {1000 * latency:.0f} ms, {a.threads} threads / actors, budget {a.budget}:")
+        print(ray_comparison(rows))
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(rows, f, indent=1)
         return
     if a.rss:
         # lottery: its searches keep archiving candidates (climb stops once one scores 1.0), and
@@ -379,6 +500,8 @@ def main(argv: list[str] | None = None) -> None:
     print(table(rows))
     print()
     print(ratios(rows))
+    print()
+    print(time_to_quality(rows))
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)

@@ -98,7 +98,8 @@ def sandbox_record(pool: SandboxPool) -> dict[str, Any]:
 
 def build_row_scorer(*, student: dspy.Module, k: int, fast_lm: Any, deep_lm: Any, tools: Any,
                      input_names: Sequence[str], sandbox: "SandboxSettings", metric: Callable, failure_score: float,
-                     keep_outputs: bool, format_failure_feedback: bool) -> tuple[RoutedProgram, Callable]:
+                     keep_outputs: bool, format_failure_feedback: bool,
+                     route_memo: bool = True) -> tuple[RoutedProgram, Callable]:
     """Inside a Ray actor: the run's base RoutedProgram with a sandbox pool of its own, and its row scorer."""
     base = RoutedProgram(student, Library.empty(k), fast_lm=fast_lm, deep_lm=deep_lm, tools=tools,
                          input_names=input_names)
@@ -106,6 +107,8 @@ def build_row_scorer(*, student: dspy.Module, k: int, fast_lm: Any, deep_lm: Any
     pool = SandboxPool(max_workers=2, timeout=s.timeout, call_timeout=s.call_timeout, memory_mb=s.memory_mb,
                        max_predictor_calls=s.max_predictor_calls, tool_names=tuple(base.tools), isolation=s.isolation)
     base._sandbox, base._owns_sandbox = pool, True
+    if route_memo:
+        base.share_route_memo()          # filled from, and returned to, the driver's memo each batch
     evaluator = Evaluator(base, metric, Budget(1), failure_score=failure_score, keep_outputs=keep_outputs,
                           format_failure_feedback=format_failure_feedback)
     return base, evaluator.score_row
@@ -509,7 +512,7 @@ class AdaptiveGEPA(Teleprompter):
                               keep_outputs=self.track_best_outputs,
                               format_failure_feedback=self.add_format_failure_as_feedback,
                               reuse_scores=self.reuse_scores,
-                              executor=self._ray_executor(student, train, num_threads, meter)
+                              executor=self._ray_executor(student, train, num_threads, meter, base)
                               if self.executor == "ray" else None)
         selector = self.component_selector if callable(self.component_selector) else None
         if self.instruction_proposer is not None or self.code_proposer is not None or selector is not None:
@@ -591,14 +594,15 @@ class AdaptiveGEPA(Teleprompter):
             routed.export(Path(tmp) / "best_library")
             tracker.log_artifacts(Path(tmp))
 
-    def _ray_executor(self, student: dspy.Module, train: Sequence[Row], num_threads: int, meter: UsageMeter) -> Any:
+    def _ray_executor(self, student: dspy.Module, train: Sequence[Row], num_threads: int, meter: UsageMeter,
+                      base: RoutedProgram) -> Any:
         """Ray actors that each rebuild this run's base program (student, profiles, tools, sandbox limits) and
         score rows with the same settings as the thread executor."""
         from dspy_adaptive.search.ray_executor import RayExecutor
         spec = dict(student=student, k=self.max_specialists, fast_lm=self.fast_lm, deep_lm=self.deep_lm,
                     tools=self.tools, input_names=input_keys(train), sandbox=self.sandbox_settings, metric=self.metric,
                     failure_score=self.failure_score, keep_outputs=self.track_best_outputs,
-                    format_failure_feedback=self.add_format_failure_as_feedback)
+                    format_failure_feedback=self.add_format_failure_as_feedback, route_memo=self.route_memo)
 
         def on_usage(snapshot: dict[str, Any]) -> None:     # into the proposal's ledger too, when one is open
             (current_meter() or meter).merge(snapshot)
@@ -606,7 +610,7 @@ class AdaptiveGEPA(Teleprompter):
         return RayExecutor(functools.partial(build_row_scorer, **spec), num_actors=num_threads,
                            address=self.ray_address, failure_score=self.failure_score, on_usage=on_usage,
                            settings={"lm": dspy.settings.lm, "adapter": dspy.settings.adapter},
-                           num_cpus=max(2, num_threads))
+                           num_cpus=max(2, num_threads), route_memo=lambda: base._route_memo)
 
     def _proposal_options(self) -> dict[str, Any]:
         return {"max_repair_attempts": self.max_repair_attempts, "proposal_format": self.proposal_format}

@@ -18,6 +18,7 @@ executor's: each row is scored by the same function on the same program, and res
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Sequence
 
 from dspy_adaptive.data import InputError, Row
@@ -45,13 +46,23 @@ class RowActor:
         dspy.configure(**{k: v for k, v in settings.items() if v is not None})
         self.base, self.score_row = build()
         self.meter_cls = UsageMeter
+        sandbox = getattr(self.base, "_sandbox", None)
+        if sandbox is not None and hasattr(sandbox, "prestart"):
+            sandbox.prestart()            # the warm zygote starts with the actor, not on its first row
 
-    def run(self, library: dict[str, Any], rows: list[Row]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def run(self, library: dict[str, Any], rows: list[Row],
+            memo: dict[tuple, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any], dict[tuple, Any]]:
+        """(row results, LM usage, router decisions made here that `memo` did not have)."""
         program = self.base.with_library(Library.from_dict(library))
+        shared = self.base._route_memo
+        if shared is not None and memo:
+            shared.update(memo)
+        before = set(shared) if shared is not None else set()
         meter = self.meter_cls()
         with meter.active():
             results = [self.score_row(program, r).to_dict() for r in rows]
-        return results, meter.snapshot()
+        new = {k: v for k, v in shared.items() if k not in before} if shared is not None else {}
+        return results, meter.snapshot(), new
 
     def pid(self) -> int:
         import os
@@ -59,7 +70,8 @@ class RowActor:
 
 
 class RayExecutor:
-    """Rows on `num_actors` long-lived Ray actors (see the module docstring).
+    """Rows on `num_actors` long-lived Ray actors (see the module docstring). Its constructor returns once every
+    actor is built (`startup_s`; `RayExecutor.last_startup_s` keeps the latest, for benchmarks).
 
     Args:
         build: a picklable function returning (base RoutedProgram, score_row) inside an actor.
@@ -71,9 +83,12 @@ class RayExecutor:
         on_usage: called with each chunk's LM usage snapshot (per role).
     """
 
+    last_startup_s: float = 0.0
+
     def __init__(self, build: Callable[[], Any], *, num_actors: int = 2, address: str | None = None,
                  settings: dict[str, Any] | None = None, failure_score: float = 0.0, max_retries: int = 2,
-                 on_usage: Callable[[dict[str, Any]], None] | None = None, num_cpus: int | None = None):
+                 on_usage: Callable[[dict[str, Any]], None] | None = None, num_cpus: int | None = None,
+                 route_memo: Callable[[], dict | None] | None = None):
         self.ray = require_ray()
         if not self.ray.is_initialized():
             self.ray.init(address=address, num_cpus=num_cpus if address is None else None,
@@ -81,7 +96,12 @@ class RayExecutor:
         self._actor_cls = self.ray.remote(num_cpus=0)(RowActor)
         self._build, self._settings = build, dict(settings or {})
         self.failure_score, self.max_retries, self.on_usage = failure_score, max_retries, on_usage
+        self.route_memo = route_memo     # the driver's router-decision memo, shared with the actors per batch
+        t0 = time.perf_counter()
         self.actors = [self._new_actor() for _ in range(max(1, num_actors))]
+        self.ray.get([a.pid.remote() for a in self.actors])   # built and ready: a broken actor fails here, first
+        self.startup_s = time.perf_counter() - t0
+        RayExecutor.last_startup_s = self.startup_s
         self.replaced = 0
 
     def _new_actor(self) -> Any:
@@ -95,22 +115,28 @@ class RayExecutor:
         size = -(-len(rows) // n)
         chunks = [(i, rows[i * size:(i + 1) * size]) for i in range(n) if rows[i * size:(i + 1) * size]]
         lib = library.to_dict()
-        pending = {self.actors[i].run.remote(lib, chunk): (i, chunk, 0) for i, chunk in chunks}
+        memo = self.route_memo() if self.route_memo is not None else None
+        known = self._memo_for(library, memo)
+        pending = {self.actors[i].run.remote(lib, chunk, known): (i, chunk, 0) for i, chunk in chunks}
         done: dict[int, list[RowResult]] = {}
         while pending:
             ready, _ = self.ray.wait(list(pending), num_returns=1)
             ref = ready[0]
             i, chunk, attempt = pending.pop(ref)
             try:
-                results, usage = self.ray.get(ref)
+                outcome = self.ray.get(ref)
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorDiedError,
                     self.ray.exceptions.WorkerCrashedError) as e:
                 self.actors[i] = self._new_actor()          # replace the dead actor; its rows were never charged
                 self.replaced += 1
                 if attempt < self.max_retries:
-                    pending[self.actors[i].run.remote(lib, chunk)] = (i, chunk, attempt + 1)
+                    pending[self.actors[i].run.remote(lib, chunk, known)] = (i, chunk, attempt + 1)
                     continue
-                results, usage = [self._failed(r, e).to_dict() for r in chunk], {}
+                results, usage, decisions = [self._failed(r, e).to_dict() for r in chunk], {}, {}
+            else:
+                results, usage, decisions = outcome
+            if memo is not None and decisions:
+                memo.update(decisions)
             parsed = [RowResult.from_dict(d) for d in results]
             if usage and self.on_usage is not None:
                 self.on_usage(usage)
@@ -119,6 +145,15 @@ class RayExecutor:
                     on_result(res)
             done[i] = parsed
         return [res for i in sorted(done) for res in done[i]]
+
+    @staticmethod
+    def _memo_for(library: Library, memo: dict | None) -> dict:
+        """The memo's decisions for this library's router and descriptions (what its rows can hit)."""
+        if not memo:
+            return {}
+        from dspy_adaptive.routed_program import render_specialists
+        head = (library.router, render_specialists(library))
+        return {k: v for k, v in memo.items() if k[:2] == head}
 
     def _failed(self, row: Row, error: Exception) -> RowResult:
         reason = f"the executor could not run this row: {type(error).__name__}"
