@@ -246,10 +246,12 @@ class AdaptiveGEPA(Teleprompter):
             source is generated from it, so it always passes the sandbox policy; suits small local reflection
             models) or "auto" (code, switching a target to structured after 2 recent code proposals for it
             were rejected before the gate).
-        executor: where rows run: "threads" (default; a thread pool in this process) or "ray" (long-lived Ray
-            actors, `num_threads` of them, each holding the student, a warm sandbox pool and the LM clients;
-            needs the ray extra). The budget, cache, archive and every decision stay in this process.
-        ray_address: with executor="ray", the Ray cluster to use (None: a running Ray, else a local one).
+        executor: where rows run: "threads" (a thread pool in this process; the default unless `address` is
+            given) or "ray" (long-lived Ray actors, `num_threads` of them, each holding the student, a warm
+            sandbox pool and the LM clients; needs the ray extra). The budget, cache, archive and every decision
+            stay in this process.
+        address: a Ray cluster address (e.g. "ray://head:10001" or "auto"); giving one means executor="ray".
+            With executor="ray" and no address, a running Ray is joined, else a local one is started.
     """
 
     def __init__(
@@ -302,8 +304,8 @@ class AdaptiveGEPA(Teleprompter):
         max_cost_usd: float | None = None,
         max_repair_attempts: int = 1,
         proposal_format: str = "code",
-        executor: str = "threads",
-        ray_address: str | None = None,
+        executor: str | None = None,
+        address: str | None = None,
     ):
         super().__init__()
         _check_metric(metric)
@@ -421,14 +423,16 @@ class AdaptiveGEPA(Teleprompter):
             raise InputError(f"proposal_format must be one of {', '.join(map(repr, PROPOSAL_FORMATS))}, got "
                              f"{proposal_format!r}")
         self.proposal_format = proposal_format
+        if executor is None:
+            executor = "ray" if address is not None else "threads"
         if executor not in ("threads", "ray"):
             raise InputError(f"executor must be 'threads' or 'ray', got {executor!r}")
-        if ray_address is not None and executor != "ray":
-            raise InputError('ray_address is set but executor is not "ray": pass executor="ray" as well')
+        if address is not None and executor != "ray":
+            raise InputError(f'address={address!r} runs rows on Ray, but executor="threads" was given: drop one')
         if executor == "ray":
             from dspy_adaptive.search.ray_executor import require_ray
             require_ray()                  # a clear error now, before any LM money is spent
-        self.executor, self.ray_address = executor, ray_address
+        self.executor, self.address = executor, address
 
     # -- budget --------------------------------------------------------------------------------------
     def _budget_calls(self, student: dspy.Module, n_train: int, n_val: int) -> int:
@@ -608,7 +612,7 @@ class AdaptiveGEPA(Teleprompter):
             (current_meter() or meter).merge(snapshot)
 
         return RayExecutor(functools.partial(build_row_scorer, **spec), num_actors=num_threads,
-                           address=self.ray_address, failure_score=self.failure_score, on_usage=on_usage,
+                           address=self.address, failure_score=self.failure_score, on_usage=on_usage,
                            settings={"lm": dspy.settings.lm, "adapter": dspy.settings.adapter},
                            num_cpus=max(2, num_threads), route_memo=lambda: base._route_memo)
 

@@ -93,3 +93,15 @@ def test_ray_executor_needs_the_extra(monkeypatch):
         AdaptiveGEPA(toy.metric, reflection_lm=toy.reflection_lm(), max_metric_calls=10, executor="ray")
     with pytest.raises(InputError, match="executor must be"):
         AdaptiveGEPA(toy.metric, reflection_lm=toy.reflection_lm(), max_metric_calls=10, executor="dask")
+    with pytest.raises(InputError, match="needs Ray"):      # an address alone asks for Ray too
+        AdaptiveGEPA(toy.metric, reflection_lm=toy.reflection_lm(), max_metric_calls=10, address="auto")
+
+
+def test_an_address_means_ray_and_contradicting_it_is_refused():
+    from dspy_adaptive.data import InputError
+    opt = AdaptiveGEPA(toy.metric, reflection_lm=toy.reflection_lm(), max_metric_calls=10, address="auto")
+    assert opt.executor == "ray"
+    assert AdaptiveGEPA(toy.metric, reflection_lm=toy.reflection_lm(), max_metric_calls=10).executor == "threads"
+    with pytest.raises(InputError, match="drop one"):
+        AdaptiveGEPA(toy.metric, reflection_lm=toy.reflection_lm(), max_metric_calls=10, executor="threads",
+                     address="auto")
