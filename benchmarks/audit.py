@@ -137,7 +137,7 @@ def ablate_run(run_dir: Path, run: Mapping[str, Any], matches: Sequence[Match], 
     """The ablation on a finished run: its selected library with and without its matched content, on the
     affected training rows and on the test rows, scored with the run's own context."""
     from benchmarks.run import build_program, context_for_run
-    from dspy_adaptive.scoring import score_example
+    from dspy_adaptive.program.scoring import score_example
     best = run["best_idx"]
     mine = [m for m in matches if m.candidate == best]
     if not mine:

@@ -58,11 +58,11 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 import numpy as np
 
+from dspy_adaptive.program.routed import PredictorBridge, RouteRecord, bridged_predictor, normalise_tools
+from dspy_adaptive.program.scoring import score_example
 from dspy_adaptive.reflection.traces import field_lines
-from dspy_adaptive.routed_program import PredictorBridge, RouteRecord, bridged_predictor, normalise_tools
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, attach_tool_calls, compile_program
 from dspy_adaptive.sandbox.allowlist import prompt_text
-from dspy_adaptive.scoring import score_example
 from dspy_adaptive.tasks import INPUT_FIELD, OUTPUT_FIELD
 from dspy_adaptive.tasks.programs import GenericTask, SeedProgram
 

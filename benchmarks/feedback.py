@@ -13,7 +13,7 @@ from typing import Any
 
 import dspy
 
-from dspy_adaptive.scoring import normalise_metric_output
+from dspy_adaptive.program.scoring import normalise_metric_output
 
 
 class ScalarFeedback:

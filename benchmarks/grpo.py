@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 import dspy
 
-from dspy_adaptive.scoring import normalise_metric_output
+from dspy_adaptive.program.scoring import normalise_metric_output
 from dspy_adaptive.tasks import INPUT_FIELD, OUTPUT_FIELD
 from dspy_adaptive.tasks.programs import GenericTask
 

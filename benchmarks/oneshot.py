@@ -18,9 +18,9 @@ import dspy
 import pydantic
 
 from dspy_adaptive import Library, Slot
-from dspy_adaptive.library import DEFAULT_ROUTER
+from dspy_adaptive.lm.usage import role
+from dspy_adaptive.program.library import DEFAULT_ROUTER
 from dspy_adaptive.reflection.propose import program_contract, source_problem, strip_code
-from dspy_adaptive.usage import role
 
 #: Each family's task as a user would describe it (no examples, no answers).
 FAMILY_TASKS = {

@@ -37,8 +37,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from dspy_adaptive.library import FALLBACK, Library
 from dspy_adaptive.merge import ParentView, footprints, index_merge, merge
+from dspy_adaptive.program.library import FALLBACK, Library
 
 STRATEGIES = ("index", "mutual_best", "hungarian")
 
@@ -149,7 +149,7 @@ def _cell(s: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def render(events: Sequence[Mapping[str, Any]]) -> str:
-    from dspy_adaptive.analysis import markdown_table
+    from dspy_adaptive.record.analysis import markdown_table
     if not events:
         return "_No merge events in this run._"
     rows = []

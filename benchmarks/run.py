@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 
 from benchmarks import tables
-from dspy_adaptive.profiles import profiles_from
+from dspy_adaptive.program.profiles import profiles_from
 from dspy_adaptive.tasks import FAMILIES
 from dspy_adaptive.testing import ScriptedWorld
 
@@ -350,7 +350,7 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
         routed = opt.compile(SeedProgram(), trainset=mix.train, valset=mix.val)
         res = routed.detailed_results
         routed.close()
-        from dspy_adaptive.merge.census import budget_accounting
+        from dspy_adaptive.record.merge_census import budget_accounting
         payload = {"spec": {"library": routed.library.to_dict()}, "budget_used": res.total_metric_calls,
                    "extra": {"action_counts": res.action_counts, "best_idx": res.best_idx,
                              "best_val": res.val_aggregate_scores[res.best_idx],
@@ -419,7 +419,7 @@ def selection_phase(ctx: Context, phases: Phases, selection_rows: Sequence[Any])
     from dspy.utils.parallelizer import ParallelExecutor
 
     from benchmarks.selection import select
-    from dspy_adaptive.scoring import score_example
+    from dspy_adaptive.program.scoring import score_example
     record = json.loads((ctx.out / "search" / "run.json").read_text(encoding="utf-8"))
     args = ctx.args
     roles = ctx.roles.uncached() if args.selection_rollouts > 1 else ctx.roles
@@ -447,7 +447,7 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
     from dspy.utils.parallelizer import ParallelExecutor
 
     from benchmarks.baselines import LabelRoutedProgram
-    from dspy_adaptive.scoring import score_example
+    from dspy_adaptive.program.scoring import score_example
     cached = build_program(method, spec, ctx, ctx.roles)
     uncached = build_program(method, spec, ctx, ctx.roles.uncached())   # AIME attempts: cache off
     attempts = max(1, ctx.args.aime_attempts)
@@ -573,7 +573,7 @@ def context_for_run(run_dir: str | Path) -> Context:
 
 def run(args: argparse.Namespace) -> dict:
     from benchmarks.corpus import retrieval_note
-    from dspy_adaptive.analysis import write_labels
+    from dspy_adaptive.record.analysis import write_labels
     if not args.method or not args.out:
         raise SystemExit("--method and --out are required (or use --compare RUN_DIR ...)")
     if args.budget <= 0:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from dspy_adaptive.library import DEFAULT_ROUTER
+from dspy_adaptive.program.library import DEFAULT_ROUTER
 from dspy_adaptive.tasks import INPUT_FIELD
 from dspy_adaptive.testing import MATH_DESC, QA_DESC, ScriptedWorld, looks_math, looks_question
 

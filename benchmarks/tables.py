@@ -8,7 +8,7 @@ count, slot keys as strings in JSON); Adaptive-GEPA adds ``action_counts`` ({act
 * Table 2: per-family test score ×100, family mean (primary: unweighted mean of family means),
   example mean (every test example weighted equally), budget (scored calls used / nominal).
 * Table 4: routing agreement (%) under a post-hoc majority-family mapping of executed slots
-  (`dspy_adaptive.analysis.majority_mapping_agreement`; the fallback is its own slot 0).
+  (`dspy_adaptive.record.analysis.majority_mapping_agreement`; the fallback is its own slot 0).
 * Table 5: proposed / accepted edits by action (local edits; merges listed separately).
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any, Mapping, Sequence
 
-from dspy_adaptive.analysis import majority_mapping_agreement, markdown_table
-from dspy_adaptive.records import slot_label
+from dspy_adaptive.record.analysis import majority_mapping_agreement, markdown_table
+from dspy_adaptive.schema import slot_label
 from dspy_adaptive.tasks import FAMILIES
 
 FAMILY_TITLES = {"hotpotqa": "HotpotQA", "aime": "AIME", "pupa": "PUPA", "livebench_if": "LB-IF"}

@@ -5,12 +5,15 @@
 program as the frozen fallback.
 """
 
-from dspy_adaptive.library import INACTIVE, Library, Slot
-from dspy_adaptive.oeo import OpenEndedOptimizer
-from dspy_adaptive.profiles import Profiles, profiles_from
-from dspy_adaptive.results import AdaptiveGEPAResult, load_run
-from dspy_adaptive.routed_program import RoutedProgram, RouteRecord, SpecialistRuntimeError, route_of
-from dspy_adaptive.teleprompter import AdaptiveGEPA, SandboxSettings
+from dspy_adaptive import _moved
+from dspy_adaptive.optimizers.adaptive_gepa import AdaptiveGEPA, SandboxSettings
+from dspy_adaptive.optimizers.oeo import OpenEndedOptimizer
+from dspy_adaptive.program.library import INACTIVE, Library, Slot
+from dspy_adaptive.program.profiles import Profiles, profiles_from
+from dspy_adaptive.program.routed import RoutedProgram, RouteRecord, SpecialistRuntimeError, route_of
+from dspy_adaptive.record.run_record import AdaptiveGEPAResult, load_run
+
+_moved.install()   # old import paths of moved modules keep working for one release
 
 __all__ = ["AdaptiveGEPA", "AdaptiveGEPAResult", "INACTIVE", "Library", "OpenEndedOptimizer", "Profiles",
            "RouteRecord", "RoutedProgram", "SandboxSettings", "Slot", "SpecialistRuntimeError", "load_run",

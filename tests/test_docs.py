@@ -6,7 +6,7 @@ import re
 import pytest
 
 from dspy_adaptive import AdaptiveGEPA, RoutedProgram, SandboxSettings
-from dspy_adaptive.scoring import score_example
+from dspy_adaptive.program.scoring import score_example
 
 
 def _documented(obj) -> set[str]:

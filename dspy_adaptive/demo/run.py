@@ -27,9 +27,9 @@ from typing import Any, Sequence
 import dspy
 from tqdm.auto import tqdm
 
-from dspy_adaptive.records import slot_label
-from dspy_adaptive.scoring import score_example
-from dspy_adaptive.untrusted import md_code
+from dspy_adaptive.escaping import md_code
+from dspy_adaptive.program.scoring import score_example
+from dspy_adaptive.schema import slot_label
 
 FAMILY_NAMES = {"hotpotqa": "multi-hop QA", "aime": "arithmetic", "pupa": "private rewrite",
                 "livebench_if": "constrained writing"}
@@ -203,14 +203,14 @@ def run_demo(config: DemoConfig) -> Path:
 
 def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
     from dspy_adaptive import AdaptiveGEPA, RoutedProgram, load_run
-    from dspy_adaptive.analysis import write_labels
     from dspy_adaptive.demo.mixture import demo_corpus_path
-    from dspy_adaptive.plots import plot_family_scores, plot_learning_curve, plot_lineage, plot_routing_heatmap
+    from dspy_adaptive.optimizers.adaptive_gepa import ResumeMismatchError
+    from dspy_adaptive.record.analysis import write_labels
+    from dspy_adaptive.record.plots import plot_family_scores, plot_learning_curve, plot_lineage, plot_routing_heatmap
     from dspy_adaptive.tasks.metrics import MixtureMetric
     from dspy_adaptive.tasks.programs import SeedProgram
     from dspy_adaptive.tasks.retrieval import make_search_tool
     from dspy_adaptive.tasks.sampler import FamilyBalancedSampler
-    from dspy_adaptive.teleprompter import ResumeMismatchError
 
     c = config
     train, val, test = demo_examples()
@@ -327,7 +327,7 @@ def gain_sentence(gain: dict[str, Any], same_program: bool) -> str:
 
 def what_happened(result: Any) -> list[str]:
     """The search in plain words: proposals by outcome, repairs, and why nothing moved when nothing did."""
-    from dspy_adaptive.results import proposal_outcomes
+    from dspy_adaptive.record.run_record import proposal_outcomes
 
     rows = proposal_outcomes(result.proposals)
     count = {o: sum(g["count"] for g in rows if g["outcome"] == o)
@@ -365,8 +365,8 @@ def what_happened(result: Any) -> list[str]:
 
 
 def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: float, sessions: int = 1) -> str:
-    from dspy_adaptive.analysis import majority_mapping_agreement
-    from dspy_adaptive.results import render_markdown
+    from dspy_adaptive.record.analysis import majority_mapping_agreement
+    from dspy_adaptive.record.run_record import render_markdown
 
     seed_m, opt_m = family_means(tests["seed"]), family_means(tests["optimized"])
     fams = sorted(seed_m)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from dspy_adaptive.library import Library
+from dspy_adaptive.program.library import Library
 
 CLASSES = ("pairs_from_both", "identical_to_parent", "inactive_code_only", "router_only", "other")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from dspy_adaptive.library import Library
 from dspy_adaptive.merge.footprints import selected_slots
+from dspy_adaptive.program.library import Library
 
 
 def cleanup(library: Library, selected: Mapping[str, int | None]) -> tuple[Library, tuple[int, ...]]:

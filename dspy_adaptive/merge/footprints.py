@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from dspy_adaptive.library import FALLBACK, Library
+from dspy_adaptive.program.library import FALLBACK, Library
 
 Footprints = dict[int, frozenset[str]]
 

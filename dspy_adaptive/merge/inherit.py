@@ -19,9 +19,9 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from dspy_adaptive.library import Library, Slot
 from dspy_adaptive.merge.align import Alignment, align
 from dspy_adaptive.merge.footprints import Footprints, JaccardMatrix, jaccard_matrix
+from dspy_adaptive.program.library import Library, Slot
 
 ANCESTOR_FRAMES = ("own_index", "target", "any_slot")
 

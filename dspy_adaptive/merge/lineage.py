@@ -14,8 +14,8 @@ from typing import Any, Callable, Sequence
 
 from gepa.proposer.merge import does_triplet_have_desirable_predictors
 
-from dspy_adaptive.library import Library
-from dspy_adaptive.records import ancestors
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.schema import ancestors
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from gepa.gepa_utils import find_dominator_programs
 
-from dspy_adaptive.library import Library
 from dspy_adaptive.merge.align import Alignment, align
 from dspy_adaptive.merge.classify import classify_child
 from dspy_adaptive.merge.cleanup import cleanup
@@ -28,7 +27,8 @@ from dspy_adaptive.merge.footprints import footprints, unknown_rows
 from dspy_adaptive.merge.gate import gate_passes, select_gate_rows
 from dspy_adaptive.merge.inherit import ParentView, merge
 from dspy_adaptive.merge.lineage import LineageNode, MergePair, find_merge_pair, has_desirable_component
-from dspy_adaptive.records import RowResult
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.schema import RowResult
 
 #: Scores a library on validation rows (by id) as a merge check; returns results in row order.
 MergeCheck = Callable[[Library, Sequence[str]], Sequence[RowResult]]

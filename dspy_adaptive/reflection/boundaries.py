@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from dspy_adaptive.records import RowResult
+from dspy_adaptive.schema import RowResult
 
 ROUTER_PREDICTOR = "router"                 # RoutedProgram.predictor_label of the router's predictor
 DESCRIPTIONS_INPUT = "specialists"          # the router signature's input that lists the active descriptions

@@ -36,11 +36,11 @@ from typing import Any, Callable, Sequence
 import dspy
 
 from dspy_adaptive.data import Row
-from dspy_adaptive.library import Library
-from dspy_adaptive.records import ProposalRecord, RowResult
+from dspy_adaptive.lm.usage import role
+from dspy_adaptive.program.library import Library
 from dspy_adaptive.reflection.propose import Edit, Reflector, _check_source, _rejected, strip_code
 from dspy_adaptive.reflection.traces import describe_route, render_traces
-from dspy_adaptive.usage import role
+from dspy_adaptive.schema import ProposalRecord, RowResult
 
 
 def library_components(library: Library) -> dict[str, str]:

@@ -16,9 +16,10 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.data import Row
-from dspy_adaptive.library import Library
-from dspy_adaptive.profiles import declared_profile
-from dspy_adaptive.records import ACTIONS, FailureKind, ProposalRecord, RowResult
+from dspy_adaptive.lm.usage import role
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.program.profiles import declared_profile
+from dspy_adaptive.program.routed import parse_slot_answer
 from dspy_adaptive.reflection import signatures as sig
 from dspy_adaptive.reflection import structured
 from dspy_adaptive.reflection.boundaries import for_program_rewrite
@@ -34,10 +35,9 @@ from dspy_adaptive.reflection.repair import (
 )
 from dspy_adaptive.reflection.structured import PROPOSAL_FORMATS
 from dspy_adaptive.reflection.traces import defang, render_history, render_slots, render_traces, render_usage
-from dspy_adaptive.routed_program import parse_slot_answer
 from dspy_adaptive.sandbox import compile_program
 from dspy_adaptive.sandbox.allowlist import prompt_text
-from dspy_adaptive.usage import role
+from dspy_adaptive.schema import ACTIONS, FailureKind, ProposalRecord, RowResult
 
 ALLOWED = prompt_text()   # the sandbox policy's own allow-list and grammar, so the prompt cannot drift from them
 

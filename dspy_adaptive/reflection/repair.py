@@ -23,7 +23,7 @@ from typing import Any, Callable, TypeVar
 import dspy
 
 from dspy_adaptive.lm.finish import FinishWatch
-from dspy_adaptive.records import FailureKind, clip
+from dspy_adaptive.schema import FailureKind, clip
 
 #: Failures a repair call may fix: the answer itself was unusable.
 REPAIRABLE: frozenset[str] = frozenset({"sandbox_rejected", "bad_output", "unparseable", "truncated",

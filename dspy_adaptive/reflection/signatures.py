@@ -14,7 +14,7 @@ from typing import Literal
 
 import dspy
 
-from dspy_adaptive.records import ActionName
+from dspy_adaptive.schema import ActionName
 
 # Typed outputs: a JSON-schema adapter (and llama.cpp's grammar) can then only emit valid choices.
 Action = ActionName

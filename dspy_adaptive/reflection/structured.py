@@ -30,9 +30,9 @@ from typing import Any, Literal, Sequence, get_args
 import dspy
 import pydantic
 
-from dspy_adaptive.records import clip
 from dspy_adaptive.reflection.repair import Rejection
 from dspy_adaptive.reflection.signatures import TRACES_DESC
+from dspy_adaptive.schema import clip
 
 ModuleKind = Literal["predict", "chain_of_thought", "retrieve_then_answer", "draft_and_check"]
 MODULE_KINDS: tuple[str, ...] = get_args(ModuleKind)

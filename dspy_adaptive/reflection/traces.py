@@ -24,10 +24,10 @@ from typing import Any, Iterable, Sequence
 import dspy
 
 from dspy_adaptive.data import Row
-from dspy_adaptive.library import Library
-from dspy_adaptive.records import ProposalRecord, RowResult, bounded_key, clip, slot_label
+from dspy_adaptive.escaping import QUOTE, defang_markers, quote_tag, quoted_lines
+from dspy_adaptive.program.library import Library
 from dspy_adaptive.reflection import signatures as sig
-from dspy_adaptive.untrusted import QUOTE, defang_markers, quote_tag, quoted_lines
+from dspy_adaptive.schema import ProposalRecord, RowResult, bounded_key, clip, slot_label
 
 INPUT_CHARS, STEP_CHARS, OUTPUT_CHARS, FEEDBACK_CHARS, ERROR_CHARS = 1500, 700, 1500, 3000, 1000
 INLINE_CHARS = 160       # a one-line value up to this long stays on its field's line

@@ -37,9 +37,9 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from dspy_adaptive.formatting import lm_context
+from dspy_adaptive.lm.adapter_memo import lm_context
+from dspy_adaptive.lm.usage import role
 from dspy_adaptive.sandbox.signature import ParsedSignature, SignatureError, parse_signature
-from dspy_adaptive.usage import role
 
 KINDS = ("Predict", "ChainOfThought")
 _PNAME = re.compile(r"[A-Za-z0-9_.\[\]'\"-]{1,100}\Z")

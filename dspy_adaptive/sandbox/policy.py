@@ -44,7 +44,7 @@ ALLOWED_NAMES = allowlist.ALLOWED_NAMES
 #: CVE-2021-42574): bidirectional overrides/isolates and invisible format characters. Refused anywhere
 #: in the source, strings and comments included; so are control characters other than tab and newline,
 #: and every other format, line/paragraph-separator or surrogate code point (`HIDDEN_CATEGORIES`, the
-#: categories `dspy_adaptive.untrusted` writes visibly: tag characters, U+2028, interlinear annotations,
+#: categories `dspy_adaptive.escaping` writes visibly: tag characters, U+2028, interlinear annotations,
 #: ...), so an exported program reads as it runs. (Self-contained: the worker imports this module alone.)
 _HIDDEN = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\u00ad\u061c\u180e"
                      "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")

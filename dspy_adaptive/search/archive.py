@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from dspy_adaptive.library import Library
-from dspy_adaptive.records import RowResult, ancestors
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.schema import RowResult, ancestors
 
 
 @dataclass(frozen=True)

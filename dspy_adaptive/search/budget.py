@@ -7,8 +7,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from dspy_adaptive.records import BUDGET_KINDS as KINDS
-from dspy_adaptive.records import BudgetKind
+from dspy_adaptive.schema import BUDGET_KINDS as KINDS
+from dspy_adaptive.schema import BudgetKind
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dspy_adaptive.records import RowResult
+from dspy_adaptive.schema import RowResult
 
 STATE = "state.json"
 EVALS = "evals.jsonl"

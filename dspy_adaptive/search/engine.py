@@ -28,11 +28,12 @@ from typing import Any, Callable, Sequence
 from tqdm.auto import tqdm
 
 from dspy_adaptive.data import Row
-from dspy_adaptive.library import Library
+from dspy_adaptive.lm.usage import UsageMeter
 from dspy_adaptive.merge.proposer import MergeProposer, MergeState
-from dspy_adaptive.records import ProposalRecord, RowResult
+from dspy_adaptive.program.library import Library
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.reflection.traces import recent_history
+from dspy_adaptive.schema import ProposalRecord, RowResult
 from dspy_adaptive.search import gate
 from dspy_adaptive.search.archive import Archive, Candidate
 from dspy_adaptive.search.budget import Budget
@@ -42,7 +43,6 @@ from dspy_adaptive.search.inflight import InFlight, Job, JobOutcome
 from dspy_adaptive.search.sampling import BatchSampler, sample_minibatch
 from dspy_adaptive.search.schedule import Schedule
 from dspy_adaptive.search.select import CandidateSelector
-from dspy_adaptive.usage import UsageMeter
 
 
 @dataclass(frozen=True)

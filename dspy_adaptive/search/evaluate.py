@@ -1,6 +1,6 @@
 """Run step: execute a candidate library on rows, score each with the metric, record everything.
 
-Each row is scored by `dspy_adaptive.scoring.score_example` (the package's one scoring function). One
+Each row is scored by `dspy_adaptive.program.scoring.score_example` (the package's one scoring function). One
 scored call = one program run on one example plus its metric.
 
 Accounting (paper Appendix L): by default every scoring invocation is executed and charged, also for a
@@ -30,10 +30,10 @@ from dspy.evaluate.evaluate import EvaluationResult
 from dspy.utils.callback import with_callbacks
 
 from dspy_adaptive.data import Row
-from dspy_adaptive.library import Library
-from dspy_adaptive.records import BudgetKind, RowResult
-from dspy_adaptive.routed_program import RoutedProgram
-from dspy_adaptive.scoring import score_example
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.program.routed import RoutedProgram
+from dspy_adaptive.program.scoring import score_example
+from dspy_adaptive.schema import BudgetKind, RowResult
 from dspy_adaptive.search.budget import Budget
 from dspy_adaptive.search.executor import RowExecutor, ThreadExecutor
 

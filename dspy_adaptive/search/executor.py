@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol, Sequence
 
 from dspy_adaptive.data import Row
-from dspy_adaptive.library import Library
-from dspy_adaptive.records import RowResult
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.schema import RowResult
 
 #: Scores one row with a program built for a library: (program, row) -> RowResult.
 ScoreRow = Callable[[Any, Row], RowResult]

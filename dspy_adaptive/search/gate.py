@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dspy_adaptive.records import RowResult
+from dspy_adaptive.schema import RowResult
 
 
 def score_sum(results: Sequence[RowResult]) -> float:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspy_adaptive.data import Row
-from dspy_adaptive.records import ProposalRecord, RowResult
+from dspy_adaptive.schema import ProposalRecord, RowResult
 from dspy_adaptive.search.archive import Archive, Candidate
 from dspy_adaptive.search.select import CandidateSelector
 

@@ -22,8 +22,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from dspy_adaptive.data import InputError, Row
-from dspy_adaptive.library import Library
-from dspy_adaptive.records import RowResult
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.schema import RowResult
 from dspy_adaptive.search.executor import OnResult
 
 
@@ -42,7 +42,7 @@ class RowActor:
     def __init__(self, build: Callable[[], tuple[Any, Callable[[Any, Row], RowResult]]], settings: dict[str, Any]):
         import dspy
 
-        from dspy_adaptive.usage import UsageMeter
+        from dspy_adaptive.lm.usage import UsageMeter
         dspy.configure(**{k: v for k, v in settings.items() if v is not None})
         self.base, self.score_row = build()
         self.meter_cls = UsageMeter
@@ -151,7 +151,7 @@ class RayExecutor:
         """The memo's decisions for this library's router and descriptions (what its rows can hit)."""
         if not memo:
             return {}
-        from dspy_adaptive.routed_program import render_specialists
+        from dspy_adaptive.program.routed import render_specialists
         head = (library.router, render_specialists(library))
         return {k: v for k, v in memo.items() if k[:2] == head}
 

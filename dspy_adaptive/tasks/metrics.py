@@ -43,12 +43,12 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from dspy_adaptive.escaping import defang_markers, quote_tag, visible_controls
 from dspy_adaptive.lm.finish import FinishWatch, cut_off
+from dspy_adaptive.program.scoring import score_example
 from dspy_adaptive.sandbox import tool_calls_of
-from dspy_adaptive.scoring import score_example
 from dspy_adaptive.tasks import EXTERNAL_REQUEST_FIELD, FAMILIES, MAX_CHECKED_CHARS, MAX_METRIC_CHARS, OUTPUT_FIELD
 from dspy_adaptive.tasks.text import remove_think_blocks, too_long
-from dspy_adaptive.untrusted import defang_markers, quote_tag, visible_controls
 
 FAILURE_SCORE = 0.0
 
@@ -266,7 +266,7 @@ def aime_pass_at_1(program: dspy.Module, examples: Sequence[dspy.Example], metri
     `lm.copy(cache=False)`, and by running under `dspy.context(lm=<settings or given lm>.copy(cache=False))`.
     Programs whose model calls go through other LMs (e.g. a RoutedProgram's specialist profiles) pass
     `prepare(program, attempt) -> program` to return an uncached variant themselves.
-    Each run is scored by `dspy_adaptive.scoring.score_example` (`metric` takes the feedback-metric
+    Each run is scored by `dspy_adaptive.program.scoring.score_example` (`metric` takes the feedback-metric
     arguments): a run that raises scores 0 (failure), like the search's failure rule.
     """
     metric = metric or AIMEMetric()

@@ -59,8 +59,8 @@ def test_concurrent_accepted_children_are_all_archived():
 
 def _archive(score_rows):
     import dspy_adaptive.search.archive as A
-    from dspy_adaptive.library import Library
-    from dspy_adaptive.records import RowResult
+    from dspy_adaptive.program.library import Library
+    from dspy_adaptive.schema import RowResult
 
     arch = A.Archive(tuple(f"r{i}" for i in range(len(score_rows[0]))))
     for n, scores in enumerate(score_rows):

@@ -6,7 +6,7 @@ import dspy
 import pytest
 
 from dspy_adaptive import Library, RoutedProgram, Slot
-from dspy_adaptive.formatting import memoized
+from dspy_adaptive.lm.adapter_memo import memoized
 from dspy_adaptive.testing import scripted_lm
 
 SIGS = [

@@ -8,6 +8,7 @@ import dspy
 
 from dspy_adaptive import Library, RoutedProgram, Slot
 from dspy_adaptive.data import make_rows
+from dspy_adaptive.lm.usage import UsageMeter
 from dspy_adaptive.merge.proposer import MergeProposer, MergeState
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.search.budget import Budget
@@ -15,7 +16,6 @@ from dspy_adaptive.search.engine import SearchEngine, SearchSettings
 from dspy_adaptive.search.evaluate import Evaluator
 from dspy_adaptive.search.sampling import uniform_sampler
 from dspy_adaptive.search.select import ParetoSelector
-from dspy_adaptive.usage import UsageMeter
 from tests.core import toy
 
 USELESS = "Poetry: requests for poems."   # the scripted router never picks this one

@@ -4,7 +4,7 @@ import dspy
 import numpy as np
 import pytest
 
-from dspy_adaptive.scoring import normalise_metric_output, objective_scores_of, score_example
+from dspy_adaptive.program.scoring import normalise_metric_output, objective_scores_of, score_example
 from dspy_adaptive.search.budget import Budget
 
 

@@ -11,7 +11,7 @@ import dspy
 import pytest
 
 from dspy_adaptive import Library, RoutedProgram, Slot, profiles_from, route_of
-from dspy_adaptive.profiles import declared_profile, effective_profile, model_family
+from dspy_adaptive.program.profiles import declared_profile, effective_profile, model_family
 from dspy_adaptive.testing import scripted_lm
 from tests.core import toy
 
@@ -139,8 +139,8 @@ def test_routed_program_runs_a_specialist_on_its_declared_profile():
 
 def test_reflection_rejects_an_invalid_profile_declaration():
     from dspy_adaptive.data import make_rows
-    from dspy_adaptive.records import RowResult
     from dspy_adaptive.reflection.propose import Reflector
+    from dspy_adaptive.schema import RowResult
 
     rows = list(make_rows(toy.make_examples(1), "trainset"))
     results = [RowResult(r.id, 0.0, "wrong", {"answer": "x"}, 0, 0, None, None, ()) for r in rows]

@@ -12,7 +12,8 @@ import json
 import dspy
 
 from dspy_adaptive import Library, RoutedProgram, Slot
-from dspy_adaptive.records import (
+from dspy_adaptive.program.scoring import score_example
+from dspy_adaptive.schema import (
     MAX_KEY_CHARS,
     MAX_ROW_BYTES,
     MAX_STEP_FIELDS,
@@ -22,7 +23,6 @@ from dspy_adaptive.records import (
     bounded_key,
     clip,
 )
-from dspy_adaptive.scoring import score_example
 from dspy_adaptive.testing import scripted_lm
 
 NAMES = [f"f{i:02d}_" + "k" * 58 for i in range(23)]          # 23 inputs of 62 characters: the sandbox allows them

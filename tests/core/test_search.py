@@ -118,9 +118,9 @@ def test_action_selection_and_program_rewrite_respect_table6(data):
     train, val = data
     sibling_marker = "SIBLING_SECRET_MARKER"
     from dspy_adaptive.data import make_rows
-    from dspy_adaptive.library import Library, Slot
-    from dspy_adaptive.records import RowResult
+    from dspy_adaptive.program.library import Library, Slot
     from dspy_adaptive.reflection.propose import Reflector
+    from dspy_adaptive.schema import RowResult
 
     lib = (Library.empty(3)
            .with_slot(1, Slot().activated(toy.ARITH_DESCRIPTION, toy.ADD_SOURCE, "fast"))
@@ -143,10 +143,10 @@ def test_program_rewrite_reads_no_sibling_description_through_a_real_routed_trac
     read them; the program rewrite of slot 1 must not see slot 2's description anywhere."""
     train, _ = data
     from dspy_adaptive.data import make_rows
-    from dspy_adaptive.library import Library, Slot
+    from dspy_adaptive.program.library import Library, Slot
+    from dspy_adaptive.program.routed import RoutedProgram
     from dspy_adaptive.reflection.propose import Reflector
     from dspy_adaptive.reflection.traces import render_traces
-    from dspy_adaptive.routed_program import RoutedProgram
     from dspy_adaptive.search.budget import Budget
     from dspy_adaptive.search.evaluate import Evaluator
 
@@ -273,8 +273,8 @@ def test_resume_refuses_a_state_of_another_version(data, tmp_path):
 
 
 def test_the_result_is_built_from_the_saved_state(data, tmp_path):
-    from dspy_adaptive.records import RowResult
-    from dspy_adaptive.results import AdaptiveGEPAResult
+    from dspy_adaptive.record.run_record import AdaptiveGEPAResult
+    from dspy_adaptive.schema import RowResult
 
     train, val = data
     res = optimizer(toy.reflection_lm(), log_dir=str(tmp_path)).compile(

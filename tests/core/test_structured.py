@@ -8,8 +8,7 @@ import dspy
 import pytest
 
 from dspy_adaptive import AdaptiveGEPA, Library, RoutedProgram, Slot, route_of
-from dspy_adaptive.profiles import declared_profile
-from dspy_adaptive.records import ProposalRecord
+from dspy_adaptive.program.profiles import declared_profile
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.reflection.repair import Rejection
 from dspy_adaptive.reflection.structured import (
@@ -22,6 +21,7 @@ from dspy_adaptive.reflection.structured import (
     spec_from,
 )
 from dspy_adaptive.sandbox import compile_program
+from dspy_adaptive.schema import ProposalRecord
 from dspy_adaptive.testing import scripted_lm
 from tests.core import toy
 

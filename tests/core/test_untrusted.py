@@ -1,4 +1,4 @@
-"""The helpers of dspy_adaptive.untrusted, each on its own (the boundaries that use them are tested where
+"""The helpers of dspy_adaptive.escaping, each on its own (the boundaries that use them are tested where
 they are: metrics, reflection prompt, reports, exports, records)."""
 
 from __future__ import annotations
@@ -10,10 +10,7 @@ import unicodedata
 import pytest
 from markdown_it import MarkdownIt
 
-from dspy_adaptive.records import bounded_key
-from dspy_adaptive.sandbox import compile_program
-from dspy_adaptive.sandbox.policy import HIDDEN_CATEGORIES as POLICY_CATEGORIES
-from dspy_adaptive.untrusted import (
+from dspy_adaptive.escaping import (
     HIDDEN_CATEGORIES,
     defang_markers,
     first_hidden,
@@ -25,6 +22,9 @@ from dspy_adaptive.untrusted import (
     quoted_lines,
     visible_controls,
 )
+from dspy_adaptive.sandbox import compile_program
+from dspy_adaptive.sandbox.policy import HIDDEN_CATEGORIES as POLICY_CATEGORIES
+from dspy_adaptive.schema import bounded_key
 
 HIDDEN = ["\u202e", "\u202a", "\u2066", "\u2069", "\u200b", "\u200d", "\ufeff", "\u00ad", "\x1b", "\r", "\x00",
           "\x85", "\u2028", "\u2029", "\U000e0041", "\U000e0001", "\ufff9", "\ud800"]

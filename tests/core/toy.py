@@ -177,4 +177,4 @@ def branching_reflection_lm():
     return scripted_lm(respond, model="scripted/reflection-branching")
 
 
-from dspy_adaptive.library import DEFAULT_ROUTER as DEFAULT_ROUTER_TEXT  # noqa: E402
+from dspy_adaptive.program.library import DEFAULT_ROUTER as DEFAULT_ROUTER_TEXT  # noqa: E402

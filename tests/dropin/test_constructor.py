@@ -10,8 +10,8 @@ import dspy
 import pytest
 
 from dspy_adaptive import AdaptiveGEPA
-from dspy_adaptive.compat import DSPY_GEPA_PARAMETERS
 from dspy_adaptive.data import InputError
+from dspy_adaptive.optimizers.gepa_compat import DSPY_GEPA_PARAMETERS
 from dspy_adaptive.testing import scripted_lm
 from tests.core import toy
 from tests.dropin.common import data, optimizer
@@ -156,7 +156,7 @@ def test_gepa_candidate_selection_strategies_dspy_passes_through(strategy):
 
 
 def test_add_format_failure_as_feedback_shows_reflection_the_unparseable_answer():
-    from dspy_adaptive.scoring import score_example
+    from dspy_adaptive.program.scoring import score_example
     lm = scripted_lm(lambda call: "I refuse to use your format: the answer is 4", model="scripted/rude")
     ex = dspy.Example(question="2+2?", answer="4").with_inputs("question")
     with dspy.context(lm=lm):

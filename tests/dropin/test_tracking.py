@@ -12,8 +12,8 @@ import dspy
 import pytest
 from dspy.utils.callback import BaseCallback
 
+from dspy_adaptive.lm.usage import UsageMeter, price, role
 from dspy_adaptive.testing import scripted_lm
-from dspy_adaptive.usage import UsageMeter, price, role
 from tests.core import toy
 from tests.dropin.common import data, optimizer
 

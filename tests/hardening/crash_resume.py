@@ -95,7 +95,7 @@ class CrashOutcome:
 
 
 def library_hashes(state_or_run: dict) -> list[str]:
-    from dspy_adaptive.library import Library
+    from dspy_adaptive.program.library import Library
     out = []
     for c in state_or_run.get("archive", state_or_run.get("candidates", [])):
         lib = c["library"] if "library" in c else c

@@ -34,10 +34,10 @@ import dspy.clients.execution as dspy_execution
 from dspy.utils.callback import BaseCallback
 
 from dspy_adaptive import AdaptiveGEPA, SandboxSettings
-from dspy_adaptive.faults import faulty_lm
-from dspy_adaptive.records import REFLECTION_ERRORS
 from dspy_adaptive.reflection.propose import Reflector
+from dspy_adaptive.schema import REFLECTION_ERRORS
 from dspy_adaptive.testing import scripted_lm
+from dspy_adaptive.testing.lm_faults import faulty_lm
 from tests.core import toy
 
 RAISE_KINDS = ("exception", "rate_limit", "timeout")

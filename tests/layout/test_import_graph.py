@@ -95,8 +95,39 @@ def test_the_cycle_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}}) is None
 
 
+#: The layers of the package, lowest first: a part may import only parts of lower layers (README "Layout").
+LAYERS = (
+    ("schema", "escaping", "data", "_moved"),       # typed records, text made safe, rows: import no other part
+    ("lm",),                                        # LM backends, endpoint pools, the cost ledger
+    ("sandbox",),                                   # where specialist code runs
+    ("program",),                                   # the candidate and how it runs (library, routed program)
+    ("tasks", "reflection", "merge"),               # family metrics; proposals by reflection and by merge
+    ("search",),                                    # the one loop, budget, checkpoint and resume
+    ("record",),                                    # the run record: results, reports, plots, tracking
+    ("optimizers",),                                # AdaptiveGEPA, the dspy.GEPA mapping, OEO, the run assembly
+    ("testing",),                                   # scripted LMs and test doubles
+    ("",),                                          # the public API (dspy_adaptive/__init__.py)
+    ("demo",),                                      # the offline demo
+    ("cli",),                                       # the `adaptive-gepa` command
+)
+
+
+def _layer(node: str) -> int:
+    name = node.split(".", 1)[1] if "." in node else ""
+    for i, names in enumerate(LAYERS):
+        if name in names:
+            return i
+    raise AssertionError(f"{node} is in no layer of LAYERS: add it where it belongs")
+
+
+def test_every_part_imports_only_lower_layers():
+    upward = sorted(f"{src} -> {dst}" for src, dsts in _graph().items() for dst in dsts
+                    if not dst.startswith("benchmarks") and _layer(dst) >= _layer(src))
+    assert upward == []
+
+
 def test_records_is_the_lowest_layer_and_nothing_imports_benchmarks():
     graph = _graph()
-    assert not graph.get("dspy_adaptive.records")                     # imports no other part
+    assert not graph.get("dspy_adaptive.schema")                     # imports no other part
     users = sorted(src for src, dsts in graph.items() if any(d.startswith("benchmarks") for d in dsts))
     assert users == []

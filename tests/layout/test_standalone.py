@@ -86,5 +86,5 @@ def test_a_wheel_of_the_repository_holds_the_library_and_its_data_but_no_benchma
     assert "benchmarks" not in top and "dspy_adaptive" in top
     assert {t for t in top if not t.endswith(".dist-info")} == {"dspy_adaptive"}
     for needed in ("dspy_adaptive/demo/data/corpus.jsonl", "dspy_adaptive/demo/data/README.md",
-                   "dspy_adaptive/tasks/ifeval/checkers.py", "dspy_adaptive/testing.py"):
+                   "dspy_adaptive/tasks/ifeval/checkers.py", "dspy_adaptive/testing/__init__.py"):
         assert needed in names

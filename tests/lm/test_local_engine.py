@@ -288,7 +288,7 @@ def test_the_routers_number_answer_is_held_to_digits_under_a_grammar():
     from dspy.adapters.json_adapter import _get_structured_outputs_response_format
 
     from dspy_adaptive.lm.local import llama_response_format
-    from dspy_adaptive.routed_program import _router_signature
+    from dspy_adaptive.program.routed import _router_signature
 
     schema = llama_response_format(_get_structured_outputs_response_format(
         _router_signature(("request",), "Route.")))["schema"]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dspy_adaptive.library import Library, Slot
 from dspy_adaptive.merge import ParentView
+from dspy_adaptive.program.library import Library, Slot
 
 
 def spec(role: str, version: str = "v0", profile: str = "fast") -> Slot:

@@ -1,7 +1,7 @@
 import random
 
-from dspy_adaptive.library import INACTIVE, Library
 from dspy_adaptive.merge import classify_child, cleanup, gate_passes, select_gate_rows
+from dspy_adaptive.program.library import INACTIVE, Library
 from tests.merge.builders import lib, spec
 
 A_SCORES = {"a1": 1, "a2": 1, "a3": 1, "b1": 0, "b2": 0, "b3": 0, "t1": .5, "t2": .5, "t3": .5, "only_a": 1}

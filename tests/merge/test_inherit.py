@@ -3,7 +3,6 @@ import random
 
 import pytest
 
-from dspy_adaptive.library import Library
 from dspy_adaptive.merge import (
     aggregate_rule,
     classify_child,
@@ -12,6 +11,7 @@ from dspy_adaptive.merge import (
     merge,
     resolve_conflict,
 )
+from dspy_adaptive.program.library import Library
 from tests.merge.builders import const_scores, lib, spec, view
 
 EMPTY2 = Library.empty(2, router="anc")

@@ -1,7 +1,7 @@
 import random
 
 from dspy_adaptive.merge import LineageNode, eligible_pairs, find_merge_pair, has_desirable_component
-from dspy_adaptive.records import ancestors
+from dspy_adaptive.schema import ancestors
 from tests.merge.builders import lib, spec
 
 SEED = lib(k=3, router="r0")

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from dspy_adaptive.library import Library
 from dspy_adaptive.merge import align, classify_child, index_merge, jaccard_matrix, merge
+from dspy_adaptive.program.library import Library
 from tests.merge.builders import const_scores, lib, rows, spec, view
 
 IF, MATH, RET, PRIV = rows("if", 0, 45), rows("m", 0, 45), rows("r", 0, 45), rows("p", 0, 45)

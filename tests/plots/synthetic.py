@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dspy_adaptive.analysis import write_labels
-from dspy_adaptive.library import Library, Slot
-from dspy_adaptive.results import AdaptiveGEPAResult, action_counts, write_run_record
+from dspy_adaptive.program.library import Library, Slot
+from dspy_adaptive.record.analysis import write_labels
+from dspy_adaptive.record.run_record import AdaptiveGEPAResult, action_counts, write_run_record
 
 ROWS = ["a0", "a1", "a2", "a3", "c0", "c1", "c2", "c3"]
 LABELS = {r: ("arith" if r.startswith("a") else "caps") for r in ROWS}

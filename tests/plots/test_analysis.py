@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from dspy_adaptive import analysis
-from dspy_adaptive.results import load_run, write_run_record
+from dspy_adaptive.record import analysis
+from dspy_adaptive.record.run_record import load_run, write_run_record
 from tests.plots.synthetic import LABELS, make_result, make_run_dir
 
 

@@ -14,12 +14,12 @@ import pytest
 from markdown_it import MarkdownIt
 
 from dspy_adaptive import AdaptiveGEPA, Library, RoutedProgram, Slot, load_run
-from dspy_adaptive.analysis import PROPOSAL_HEADERS, library_markdown, markdown_table, proposal_rows
-from dspy_adaptive.results import render_markdown, sandbox_markdown
-from dspy_adaptive.routed_program import HIDDEN_SOURCE_NOTE, ExportError
+from dspy_adaptive.escaping import first_hidden, visible_controls
+from dspy_adaptive.program.routed import HIDDEN_SOURCE_NOTE, ExportError
+from dspy_adaptive.record.analysis import PROPOSAL_HEADERS, library_markdown, markdown_table, proposal_rows
+from dspy_adaptive.record.run_record import render_markdown, sandbox_markdown
 from dspy_adaptive.sandbox import compile_program
 from dspy_adaptive.testing import scripted_lm
-from dspy_adaptive.untrusted import first_hidden, visible_controls
 from tests.core import toy
 
 HOSTILE_DESC = ("Arithmetic: additions ('add:').\n```\n````\n"
@@ -180,7 +180,7 @@ def test_report_of_an_old_run_without_a_sandbox_record(run):
     out, _ = run
     d = json.loads((out / "run.json").read_text())
     d.pop("sandbox")
-    from dspy_adaptive.results import AdaptiveGEPAResult
+    from dspy_adaptive.record.run_record import AdaptiveGEPAResult
     assert "No isolation report" in render_markdown(AdaptiveGEPAResult.from_dict(d))
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import dspy
 
 from dspy_adaptive import AdaptiveGEPA
-from dspy_adaptive.analysis import write_labels
+from dspy_adaptive.record.analysis import write_labels
 from tests.core import toy
 from tests.plots.synthetic import execute_notebook
 

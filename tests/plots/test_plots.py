@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dspy_adaptive import plots
+from dspy_adaptive.record import plots
 from tests.plots.synthetic import LABELS, make_result
 
 MIN_BYTES = 5 * 1024

@@ -15,8 +15,8 @@ import pytest
 
 from benchmarks.data import load_family
 from dspy_adaptive import Library, RoutedProgram, Slot, route_of
+from dspy_adaptive.program.scoring import score_example
 from dspy_adaptive.sandbox import tool_calls_of
-from dspy_adaptive.scoring import score_example
 from dspy_adaptive.tasks import MAX_CHECKED_CHARS, MAX_METRIC_CHARS
 from dspy_adaptive.tasks.metrics import AIMEMetric, HotpotQAMetric, PupaMetric, judge_data
 from dspy_adaptive.testing import scripted_lm

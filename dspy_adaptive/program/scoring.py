@@ -25,9 +25,9 @@ from typing import Any, Callable
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from dspy_adaptive.records import MAX_STEPS, RowResult, clip
-from dspy_adaptive.routed_program import SpecialistRuntimeError, route_of
-from dspy_adaptive.usage import role
+from dspy_adaptive.lm.usage import role
+from dspy_adaptive.program.routed import SpecialistRuntimeError, route_of
+from dspy_adaptive.schema import MAX_STEPS, RowResult, clip
 
 PredictorLabel = Callable[[Any], str]
 

@@ -29,12 +29,12 @@ import dspy
 from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 
 from dspy_adaptive.data import Row
-from dspy_adaptive.library import Library
-from dspy_adaptive.records import RowResult
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.schema import RowResult
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dspy_adaptive.results import AdaptiveGEPAResult
-    from dspy_adaptive.routed_program import RoutedProgram
+    from dspy_adaptive.program.routed import RoutedProgram
+    from dspy_adaptive.record.run_record import AdaptiveGEPAResult
 
 _RUN_FIELDS = ("origins", "proposals", "action_counts", "budget", "usage", "executed", "selected", "merge_events",
                "stop_reason", "schedule", "faults", "sandbox", "merge_census", "reproducibility")

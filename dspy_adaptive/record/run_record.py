@@ -6,7 +6,7 @@ Field names follow dspy.GEPA's `DspyGEPAResult` where the meaning is the same. `
 sandbox's measured isolation (`SandboxPool.isolation_report().to_dict()`): which layers held here.
 
 report.md shows LM-written text (router, descriptions, programs, fault names) only through
-`dspy_adaptive.untrusted`: code in fences longer than any backtick run inside, hidden characters
+`dspy_adaptive.escaping`: code in fences longer than any backtick run inside, hidden characters
 (bidirectional controls, zero-width characters, ...) written visibly, no live HTML or Markdown.
 """
 
@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from dspy_adaptive.library import Library
-from dspy_adaptive.merge.census import budget_accounting, merge_census
-from dspy_adaptive.records import ACTIONS, REFLECTION_ERRORS, ProposalRecord, RowResult, clip, slot_label
+from dspy_adaptive.escaping import md_cell, md_fence, md_text
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.record.merge_census import budget_accounting, merge_census
+from dspy_adaptive.schema import ACTIONS, REFLECTION_ERRORS, ProposalRecord, RowResult, clip, slot_label
 from dspy_adaptive.search.archive import Archive, Candidate
-from dspy_adaptive.untrusted import md_cell, md_fence, md_text
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 from dspy.lm15 import Message, Response, TextPart, Usage
 
-from dspy_adaptive.library import DEFAULT_ROUTER
+from dspy_adaptive.program.library import DEFAULT_ROUTER
 from dspy_adaptive.tasks import INPUT_FIELD
 
 _FIELD_RE = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\n\[\[ ## |\n\nRespond with |\Z)", re.S)

@@ -38,9 +38,11 @@ import dspy
 from dspy.predict.parameter import Parameter
 from dspy.utils.exceptions import AdapterParseError
 
-from dspy_adaptive.formatting import lm_context
-from dspy_adaptive.library import FALLBACK, INACTIVE, Library
-from dspy_adaptive.profiles import declared_profile, effective_profile
+from dspy_adaptive.escaping import visible_controls
+from dspy_adaptive.lm.adapter_memo import lm_context
+from dspy_adaptive.lm.usage import role
+from dspy_adaptive.program.library import FALLBACK, INACTIVE, Library
+from dspy_adaptive.program.profiles import declared_profile, effective_profile
 from dspy_adaptive.sandbox import (
     PredictorBridge,
     PredictorCache,
@@ -57,8 +59,6 @@ from dspy_adaptive.sandbox.bridge import (  # noqa: F401 (bridged_predictor is r
     parse_predict,
 )
 from dspy_adaptive.sandbox.compiler import source_hash
-from dspy_adaptive.untrusted import visible_controls
-from dspy_adaptive.usage import role
 
 _ROUTE_ATTR = "_adaptive_route"
 _INT_RE = re.compile(r"-?\d+")

@@ -21,9 +21,9 @@ from typing import Any, Callable, Mapping
 
 import dspy
 
-from dspy_adaptive.oeo.contract import Contract, ContractViolation
-from dspy_adaptive.records import clip
-from dspy_adaptive.usage import UsageMeter, role
+from dspy_adaptive.lm.usage import UsageMeter, role
+from dspy_adaptive.optimizers.oeo.contract import Contract, ContractViolation
+from dspy_adaptive.schema import clip
 
 OBSERVATION_CHARS = 12000     # what one observation shows the optimizer
 

@@ -26,17 +26,17 @@ import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
 from dspy_adaptive.data import InputError, input_keys, make_rows
-from dspy_adaptive.library import Library
-from dspy_adaptive.oeo.contract import Contract
-from dspy_adaptive.oeo.runner import Runner, Turn
+from dspy_adaptive.escaping import md_cell, md_fence
+from dspy_adaptive.optimizers.adaptive_gepa import SandboxSettings
+from dspy_adaptive.optimizers.oeo.contract import Contract
+from dspy_adaptive.optimizers.oeo.runner import Runner, Turn
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.program.routed import RoutedProgram
 from dspy_adaptive.reflection.propose import program_contract
-from dspy_adaptive.routed_program import RoutedProgram
 from dspy_adaptive.sandbox import SandboxPool
 from dspy_adaptive.search.budget import Budget
 from dspy_adaptive.search.checkpoint import CheckpointStore
 from dspy_adaptive.search.evaluate import Evaluator
-from dspy_adaptive.teleprompter import SandboxSettings
-from dspy_adaptive.untrusted import md_cell, md_fence
 
 STATE_VERSION = 1
 
@@ -104,7 +104,7 @@ class OpenEndedOptimizer(Teleprompter):
                            tool_names=tuple(base.tools), isolation=s.isolation)
         base._sandbox, base._owns_sandbox = pool, False
         runner = None
-        from dspy_adaptive.usage import UsageMeter
+        from dspy_adaptive.lm.usage import UsageMeter
         meter = UsageMeter()
         budget = Budget(self.max_metric_calls)
         evaluator = Evaluator(base, self.metric, budget, num_threads=threads, failure_score=self.failure_score)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from dspy_adaptive.data import InputError
-from dspy_adaptive.records import ProposalRecord
+from dspy_adaptive.schema import ProposalRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from dspy_adaptive.search.engine import SearchEngine

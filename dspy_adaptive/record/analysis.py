@@ -14,10 +14,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Mapping
 
-from dspy_adaptive.library import Library
-from dspy_adaptive.records import ancestors, slot_label
-from dspy_adaptive.results import AdaptiveGEPAResult
-from dspy_adaptive.untrusted import md_cell, md_code, md_fence, md_text
+from dspy_adaptive.escaping import md_cell, md_code, md_fence, md_text
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.record.run_record import AdaptiveGEPAResult
+from dspy_adaptive.schema import ancestors, slot_label
 
 LABELS_FILE = "labels.json"
 

@@ -16,10 +16,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Patch  # noqa: E402
 
-from dspy_adaptive import analysis  # noqa: E402
-from dspy_adaptive import results as _results  # noqa: E402
-from dspy_adaptive.records import slot_label  # noqa: E402
-from dspy_adaptive.results import AdaptiveGEPAResult  # noqa: E402
+from dspy_adaptive.record import analysis  # noqa: E402
+from dspy_adaptive.record import run_record as _results  # noqa: E402
+from dspy_adaptive.record.run_record import AdaptiveGEPAResult  # noqa: E402
+from dspy_adaptive.schema import slot_label  # noqa: E402
 
 DPI = 110
 BEST_COLOR = "#f2c14e"

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from dspy_adaptive.data import Row
-from dspy_adaptive.library import Library
-from dspy_adaptive.records import clip
+from dspy_adaptive.program.library import Library
 from dspy_adaptive.reflection.propose import source_problem, strip_code
 from dspy_adaptive.reflection.traces import render_slots, render_traces
+from dspy_adaptive.schema import clip
 from dspy_adaptive.search.evaluate import Evaluator
 
 MAX_ROWS_PER_RUN = 16          # training rows one run_train action may ask for

@@ -25,7 +25,10 @@ import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 from tqdm.auto import tqdm
 
-from dspy_adaptive.compat import (
+from dspy_adaptive.data import InputError, Row, input_keys, make_rows
+from dspy_adaptive.lm.usage import UsageMeter, current_meter
+from dspy_adaptive.merge.proposer import MERGE_CAP_COUNTS, PARENT_COPY_POLICIES, MergeProposer
+from dspy_adaptive.optimizers.gepa_compat import (
     AUTO_RUN_SETTINGS,
     EmptyTrainsetError,
     MetricSignatureError,
@@ -34,15 +37,14 @@ from dspy_adaptive.compat import (
     map_gepa_kwargs,
     program_components,
 )
-from dspy_adaptive.data import InputError, Row, input_keys, make_rows
-from dspy_adaptive.detailed import DetailedResults
-from dspy_adaptive.library import Library
-from dspy_adaptive.merge.proposer import MERGE_CAP_COUNTS, PARENT_COPY_POLICIES, MergeProposer
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.program.routed import RoutedProgram, normalise_tools
+from dspy_adaptive.record.dspy_result import DetailedResults
+from dspy_adaptive.record.run_record import AdaptiveGEPAResult, write_run_record
+from dspy_adaptive.record.tracking import SearchTracker, TrackingSettings
 from dspy_adaptive.reflection.external import ProposerReflector
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.reflection.structured import PROPOSAL_FORMATS
-from dspy_adaptive.results import AdaptiveGEPAResult, write_run_record
-from dspy_adaptive.routed_program import RoutedProgram, normalise_tools
 from dspy_adaptive.sandbox import SandboxPool
 from dspy_adaptive.search.budget import Budget
 from dspy_adaptive.search.checkpoint import CheckpointStore
@@ -50,8 +52,6 @@ from dspy_adaptive.search.engine import SearchEngine, SearchSettings
 from dspy_adaptive.search.evaluate import Evaluator
 from dspy_adaptive.search.sampling import BatchSampler, uniform_sampler
 from dspy_adaptive.search.select import SELECTORS, make_selector
-from dspy_adaptive.tracking import SearchTracker, TrackingSettings
-from dspy_adaptive.usage import UsageMeter, current_meter
 
 ALIGNMENTS = ("mutual_best", "hungarian")
 
@@ -142,7 +142,7 @@ class AdaptiveGEPA(Teleprompter):
 
     The constructor is dspy.GEPA's (3.4.1): every one of its parameters is accepted with the same name, default
     and meaning; the three that name a mechanism Adaptive-GEPA replaces (`instruction_proposer`,
-    `code_proposer`, `component_selector`) raise one clear error when set (see `dspy_adaptive.compat`).
+    `code_proposer`, `component_selector`) raise one clear error when set (see `dspy_adaptive.optimizers.gepa_compat`).
     Adaptive-GEPA's own parameters follow them.
 
     Args:

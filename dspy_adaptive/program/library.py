@@ -12,8 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterator
 
-from dspy_adaptive.profiles import declared_profile
-from dspy_adaptive.records import FALLBACK  # noqa: F401 - re-exported: slot id 0 names the fallback
+from dspy_adaptive.program.profiles import declared_profile
+from dspy_adaptive.schema import FALLBACK  # noqa: F401 - re-exported: slot id 0 names the fallback
 
 INACTIVE = "INACTIVE"
 PROFILES = ("fast", "deep")
