@@ -271,6 +271,7 @@ def routed_call_cpu_ms(task: Task, threads: int, n: int = 600) -> float:
     generated specialist code in a fresh confined process per request and bridges its predictor call back
     into DSPy."""
     from dspy_adaptive import Library, RoutedProgram, Slot
+    from dspy_adaptive.program.route_memo import RouteMemo
     from dspy_adaptive.sandbox import SandboxPool
 
     actor = scripted_lm(task.actor, model="scripted/actor")
@@ -278,7 +279,7 @@ def routed_call_cpu_ms(task: Task, threads: int, n: int = 600) -> float:
                                                          specialist_source(SEED_QUALITY), "fast"))
     with SandboxPool(max_workers=threads) as pool:
         routed = RoutedProgram(dspy.Predict("question -> answer"), lib, fast_lm=actor, sandbox=pool)
-        routed.share_route_memo()
+        routed = routed.with_library(lib, route_memo=RouteMemo())
         return _cpu_per_call(lambda q: routed(question=q), actor, threads, n,
                              extra_cpu=lambda: _tree_cpu_s(pool._forkserver.pid if pool._forkserver else None))
 

@@ -3,21 +3,16 @@
     optimizer = AdaptiveGEPA(metric, reflection_lm=dspy.LM(...), max_metric_calls=2000, log_dir="runs/x")
     routed = optimizer.compile(program, trainset=feedback_set, valset=pareto_set)
 
-Parameters shared with dspy.GEPA keep its names and meaning. Everything is validated before the
-first LM call; errors say what to fix.
+Parameters shared with dspy.GEPA keep its names and meaning; they map onto settings grouped by their owner
+(`optimizers.config`), each validating itself before the first LM call. `compile` reads as build -> resume ->
+run -> result over the one run assembly (`optimizers.assembly`) and the one search loop (`search.engine`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
-import inspect
-import json
 import random
-import tempfile
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -25,111 +20,19 @@ import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 from tqdm.auto import tqdm
 
-from dspy_adaptive.data import InputError, Row, input_keys, make_rows
-from dspy_adaptive.lm.usage import UsageMeter, current_meter
-from dspy_adaptive.merge.proposer import MERGE_CAP_COUNTS, PARENT_COPY_POLICIES, MergeProposer
-from dspy_adaptive.optimizers.gepa_compat import (
-    AUTO_RUN_SETTINGS,
-    EmptyTrainsetError,
-    MetricSignatureError,
-    auto_budget,
-    check_replaced,
-    map_gepa_kwargs,
-    program_components,
-)
+from dspy_adaptive.data import InputError, Row, input_keys
+from dspy_adaptive.optimizers.assembly import AssembledRun, BudgetLimits, RunSpec, assemble, describe_lm, spec_identity
+from dspy_adaptive.optimizers.config import config_from_args
+from dspy_adaptive.optimizers.inputs import UnknownArgumentError, compile_rows
 from dspy_adaptive.program.library import Library
-from dspy_adaptive.program.routed import RoutedProgram, normalise_tools
+from dspy_adaptive.program.routed import RoutedProgram
 from dspy_adaptive.record.dspy_result import DetailedResults
-from dspy_adaptive.record.run_record import AdaptiveGEPAResult, write_run_record
-from dspy_adaptive.record.tracking import SearchTracker, TrackingSettings
-from dspy_adaptive.reflection.external import ProposerReflector
-from dspy_adaptive.reflection.propose import Reflector
-from dspy_adaptive.reflection.structured import PROPOSAL_FORMATS
-from dspy_adaptive.sandbox import SandboxPool
-from dspy_adaptive.search.budget import Budget
-from dspy_adaptive.search.checkpoint import CheckpointStore
-from dspy_adaptive.search.engine import SearchEngine, SearchSettings
-from dspy_adaptive.search.evaluate import Evaluator
-from dspy_adaptive.search.sampling import BatchSampler, uniform_sampler
-from dspy_adaptive.search.select import SELECTORS, make_selector
-
-ALIGNMENTS = ("mutual_best", "hungarian")
-
-
-class UnknownArgumentError(InputError, TypeError):
-    """An argument the method does not take (a TypeError too, as Python raises for one)."""
-
-
-@dataclass(frozen=True)
-class SandboxSettings:
-    """How specialist programs run (see the README's safety model).
-
-    Args:
-        timeout: seconds one specialist call may compute in its worker (its LM calls excluded).
-        call_timeout: seconds one specialist call may take in all, its LM and tool calls included.
-        memory_mb: address-space limit of a worker process.
-        max_predictor_calls: LM calls one specialist call may make (tool calls: the same number).
-        isolation: "warn" (default) runs with the OS isolation this host offers and warns about the
-            rest; "strict" refuses to start a search unless every layer (per-worker uid on root hosts,
-            Landlock, seccomp, an empty network namespace) holds here.
-    """
-
-    timeout: float = 60.0
-    call_timeout: float = 600.0
-    memory_mb: int = 1024
-    max_predictor_calls: int = 100
-    isolation: str = "warn"
-
-    def __post_init__(self) -> None:
-        if self.isolation not in ("warn", "strict"):
-            raise ValueError(f"SandboxSettings.isolation must be 'warn' or 'strict', got {self.isolation!r}")
-
-
-def sandbox_record(pool: SandboxPool) -> dict[str, Any]:
-    """The run record's `sandbox` entry: the pool's measured isolation (which layers held, and why any did
-    not); if it cannot be measured, why not."""
-    try:
-        with warnings.catch_warnings():       # the pool has already warned once about missing layers
-            warnings.simplefilter("ignore")
-            return pool.isolation_report().to_dict()
-    except Exception as e:  # noqa: BLE001 - the record says so instead of failing a finished search
-        return {"error": f"{type(e).__name__}: {str(e)[:500]}"}
-
-
-def build_row_scorer(*, student: dspy.Module, k: int, fast_lm: Any, deep_lm: Any, tools: Any,
-                     input_names: Sequence[str], sandbox: "SandboxSettings", metric: Callable, failure_score: float,
-                     keep_outputs: bool, format_failure_feedback: bool,
-                     route_memo: bool = True) -> tuple[RoutedProgram, Callable]:
-    """Inside a Ray actor: the run's base RoutedProgram with a sandbox pool of its own, and its row scorer."""
-    base = RoutedProgram(student, Library.empty(k), fast_lm=fast_lm, deep_lm=deep_lm, tools=tools,
-                         input_names=input_names)
-    s = sandbox
-    pool = SandboxPool(max_workers=2, timeout=s.timeout, call_timeout=s.call_timeout, memory_mb=s.memory_mb,
-                       max_predictor_calls=s.max_predictor_calls, tool_names=tuple(base.tools), isolation=s.isolation)
-    base._sandbox, base._owns_sandbox = pool, True
-    if route_memo:
-        base.share_route_memo()          # filled from, and returned to, the driver's memo each batch
-    evaluator = Evaluator(base, metric, Budget(1), failure_score=failure_score, keep_outputs=keep_outputs,
-                          format_failure_feedback=format_failure_feedback)
-    return base, evaluator.score_row
-
-
-class ResumeMismatchError(InputError):
-    """log_dir holds a run of another configuration, program or data: it is not resumed silently."""
-
-
-def _check_metric(metric: Callable) -> None:
-    if not callable(metric):
-        raise InputError(f"metric must be callable, got {type(metric).__name__}")
-    try:
-        inspect.signature(metric).bind(None, None, None, None, None)
-    except TypeError as e:
-        raise MetricSignatureError(
-            "metric must accept five arguments (gold, pred, trace, pred_name, pred_trace), like dspy.GEPA's "
-            f"feedback metric; yours does not ({e}). Define it as "
-            "`def metric(gold, pred, trace=None, pred_name=None, pred_trace=None)`.") from e
-    except ValueError:
-        pass  # builtins without a signature: accept
+from dspy_adaptive.record.run_record import AdaptiveGEPAResult, sandbox_record, write_run_record
+from dspy_adaptive.record.tracking import SearchTracker, log_run_artifacts, optimizer_config
+from dspy_adaptive.sandbox.settings import SandboxSettings
+from dspy_adaptive.search.checkpoint import ResumeMismatchError
+from dspy_adaptive.search.engine import SearchEngine
+from dspy_adaptive.search.sampling import BatchSampler
 
 
 class AdaptiveGEPA(Teleprompter):
@@ -196,62 +99,31 @@ class AdaptiveGEPA(Teleprompter):
         gepa_kwargs: dspy.GEPA's passthrough to gepa.optimize: keys with a counterpart here are mapped
             (use_mlflow, mlflow_tracking_uri, mlflow_experiment_name, mlflow_attach_existing,
             wandb_attach_existing, tracking_key_prefix, display_progress_bar); any other raises a clear error.
-        max_specialists: K, the number of specialist slots.
-        merge_cadence: a merge is due after this many accepted reflective proposals since the last merge
-            attempt and is tried at the next iteration (1, the default: after every accepted reflective
-            proposal, as gepa and the paper's run schedule merges); an iteration without an eligible pair
-            runs a reflective proposal instead and the merge stays due.
-        merge_cap_counts: what `max_merge_invocations` counts: "accepted" (merges that passed their check
-            and entered the archive; gepa 0.1.4 and the paper) or "attempts" (every merge checked).
-        merge_parent_copies: a merged child identical to one of its parents: "measure" (the paper: checked,
-            charged, and validated and archived if it passes, counting as any merge) or "skip" (dropped
-            before its check: no scored call, not an attempt, recorded with failure "merge_copy").
-        reuse_scores: reuse a result already measured for the same candidate content and row instead of
-            executing and charging it again. Default False: the paper's accounting, where every scoring
-            invocation (minibatch, validation, merge check) runs and is charged, so an identical candidate
-            is re-measured (the LM's own response cache may still answer its LM calls).
-        alignment: how a merge aligns the weaker parent's specialists: "mutual_best" (the paper) or
-            "hungarian" (maximum-weight assignment over footprint overlap).
-        fast_lm: the LM of the "fast" profile; the router always uses it (None: the configured LM).
-            `fast_lm, deep_lm = dspy_adaptive.profiles_from(actor_lm)` builds both from one actor with the
-            paper's settings (Appendix B: thinking off/on, temperature 0.3/0.6, 4,096/8,192 tokens).
-        deep_lm: the LM of the "deep" profile; the fallback always uses it (None: the configured LM).
-            A specialist runs on the profile its source declares (`PROFILE = "fast" | "deep"`), else on
-            the one chosen when its slot was activated.
-        tools: functions specialists may call by name (a mapping name -> function, or a list of functions
-            named by their `__name__`), e.g. a retrieval `search`.
+        max_specialists: K, the number of specialist slots (Adaptive-GEPA's own parameters follow; each is
+            documented in full by the settings group that owns it, named in brackets).
+        merge_cadence: accepted reflective proposals between merges (`merge.settings.MergeSettings`).
+        merge_cap_counts: what max_merge_invocations counts: "accepted" or "attempts" (MergeSettings).
+        merge_parent_copies: a merged child identical to a parent: "measure" or "skip" (MergeSettings).
+        reuse_scores: reuse a result already measured for the same candidate and row instead of running and
+            charging it again (default False: the paper's accounting, every scoring invocation is charged).
+        alignment: how merges align specialists: "mutual_best" (the paper) or "hungarian" (MergeSettings).
+        fast_lm: the LM of the "fast" profile, the router's (None: the configured LM; `ProgramSettings`).
+        deep_lm: the LM of the "deep" profile, the fallback's (None: the configured LM; `ProgramSettings`).
+        tools: functions specialists may call by name (a mapping, or functions named by `__name__`).
         batch_sampler: `sampler(examples, size, rng) -> indices` drawing each reflection minibatch from the
-            trainset, e.g. to balance by labels the models never see (default: uniform without replacement).
+            trainset (default: uniform without replacement).
         sandbox: limits for specialist programs (`SandboxSettings`).
-        max_concurrent_proposals: k, reflective proposals in flight at once, sharing the evaluation threads;
-            1 is exactly the sequential loop.
-        fold_order: with k > 1, "start" (default): proposals fold into the archive in the order they started
-            and every decision is taken at a point fixed by the seed, so a seeded run with an LM whose answers
-            depend only on the prompt ends the same at any k (with reuse_scores=False); "completion": they fold
-            as they complete and a stale parent stops a proposal at its next step (a little more throughput,
-            but the run then depends on thread timing).
-        route_memo: during the search, memoise router decisions per (router, descriptions, request), as
-            DSPy's LM cache would; the returned program does not memoise.
+        max_concurrent_proposals: k proposals in flight (1: the sequential loop; `SearchSettings`).
+        fold_order: "start" (a seeded run is reproducible at any k) or "completion" (`SearchSettings`).
+        route_memo: memoise router decisions during the search (`search.execution.ExecutionSettings`).
         max_idle_iterations: stop after this many iterations in a row that spend no scored call.
-        progress: show a progress bar (with the budget, best score and the USD spent).
-        max_cost_usd: stop on cost as on the budget: no new iteration starts once the LM cost of every role
-            (router, specialists, fallback, reflection, metric/judge; litellm's list prices) reaches it.
-        max_repair_attempts: when a reflection answer is rejected before the gate (the sandbox policy, a compile
-            error, an answer that does not parse, an answer cut off at the token limit, an impossible target),
-            the reflection LM gets the exact reason and its own answer back and may answer again, this many
-            times per stage. Repairs are reflection calls, never scored calls; the run record keeps each attempt.
-        proposal_format: how new specialist programs are written: "code" (the reflection LM writes the source),
-            "structured" (it fills a typed specification -- the program's shape among predict, chain of
-            thought, retrieve-then-answer over a tool and draft-and-check, plus its instructions -- and the
-            source is generated from it, so it always passes the sandbox policy; suits small local reflection
-            models) or "auto" (code, switching a target to structured after 2 recent code proposals for it
-            were rejected before the gate).
-        executor: where rows run: "threads" (a thread pool in this process; the default unless `address` is
-            given) or "ray" (long-lived Ray actors, `num_threads` of them, each holding the student, a warm
-            sandbox pool and the LM clients; needs the ray extra). The budget, cache, archive and every decision
-            stay in this process.
-        address: a Ray cluster address (e.g. "ray://head:10001" or "auto"); giving one means executor="ray".
-            With executor="ray" and no address, a running Ray is joined, else a local one is started.
+        progress: show a progress bar (budget, best score, USD spent).
+        max_cost_usd: stop once the LM cost of every role reaches this many US dollars.
+        max_repair_attempts: times a reflection answer rejected before the gate is sent back with its reason
+            (`reflection.settings.ReflectionSettings`).
+        proposal_format: new programs as "code", "structured" or "auto" (ReflectionSettings).
+        executor: where rows run: "threads" or "ray" (ExecutionSettings).
+        address: a Ray cluster address; giving one means executor="ray" (ExecutionSettings).
     """
 
     def __init__(
@@ -308,366 +180,105 @@ class AdaptiveGEPA(Teleprompter):
         address: str | None = None,
     ):
         super().__init__()
-        _check_metric(metric)
-        if not callable(component_selector):   # a callable maps onto the action choice; of the strings, only
-            check_replaced("component_selector", component_selector, "round_robin")   # the default is accepted
-        for name, value in (("instruction_proposer", instruction_proposer), ("code_proposer", code_proposer)):
-            if value is not None and not callable(value):
-                raise InputError(f"{name} must be callable (dspy.GEPA's proposer protocol), got {type(value).__name__}")
-        mapped = map_gepa_kwargs(gepa_kwargs)
-        budgets = [x is not None for x in (auto, max_full_evals, max_metric_calls)]
-        if sum(budgets) != 1:
-            raise InputError("Set exactly one of auto, max_full_evals, max_metric_calls "
-                             f"(got auto={auto!r}, max_full_evals={max_full_evals!r}, "
-                             f"max_metric_calls={max_metric_calls!r}).")
-        if auto is not None and auto not in AUTO_RUN_SETTINGS:
-            raise InputError(f"auto must be one of {sorted(AUTO_RUN_SETTINGS)}, got {auto!r}")
-        for name, value in (("max_full_evals", max_full_evals), ("max_metric_calls", max_metric_calls)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
-        if reflection_lm is None:
-            extra = (" (also with instruction_proposer: the proposer writes the rewrite actions' text, while the "
-                     "reflection LM selects each action and its target and writes activations)"
-                     if instruction_proposer is not None or code_proposer is not None else "")
-            raise InputError("reflection_lm is required: pass a strong model, e.g. "
-                             f"reflection_lm=dspy.LM('openai/gpt-5', temperature=1.0){extra}")
-        if candidate_selection_strategy not in SELECTORS:
-            raise InputError(f"candidate_selection_strategy must be one of {sorted(SELECTORS)}, "
-                             f"got {candidate_selection_strategy!r} (a gepa CandidateSelector object reads gepa's "
-                             "engine state, which Adaptive-GEPA does not have)")
-        if alignment not in ALIGNMENTS:
-            raise InputError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
-        if not isinstance(max_specialists, int) or isinstance(max_specialists, bool) or max_specialists < 1:
-            raise InputError(f"max_specialists (K_max) must be an integer >= 1, got {max_specialists!r}")
-        if not isinstance(reflection_minibatch_size, int) or reflection_minibatch_size < 1:
-            raise InputError(f"reflection_minibatch_size must be an integer >= 1, got {reflection_minibatch_size!r}")
-        if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
-            raise InputError(f"num_threads must be a positive integer or None, got {num_threads!r}")
-        if batch_sampler is not None and not callable(batch_sampler):
-            raise InputError("batch_sampler must be a callable (examples, size, rng) -> list of indices")
-        if not isinstance(max_concurrent_proposals, int) or max_concurrent_proposals < 1:
-            raise InputError(f"max_concurrent_proposals must be an integer >= 1, got {max_concurrent_proposals!r}")
-        if not isinstance(merge_cadence, int) or merge_cadence < 1:
-            raise InputError(f"merge_cadence must be an integer >= 1, got {merge_cadence!r}")
-        if max_merge_invocations is not None and (not isinstance(max_merge_invocations, int)
-                                                  or max_merge_invocations < 0):
-            raise InputError(f"max_merge_invocations must be an integer >= 0 or None (no limit), "
-                             f"got {max_merge_invocations!r}")
-        if merge_cap_counts not in MERGE_CAP_COUNTS:
-            raise InputError(f"merge_cap_counts must be one of {MERGE_CAP_COUNTS}, got {merge_cap_counts!r}")
-        if merge_parent_copies not in PARENT_COPY_POLICIES:
-            raise InputError(f"merge_parent_copies must be one of {PARENT_COPY_POLICIES}, "
-                             f"got {merge_parent_copies!r}")
-        if failure_score > perfect_score:
-            raise InputError(f"failure_score ({failure_score}) must not exceed perfect_score ({perfect_score})")
-        if track_best_outputs and not track_stats:
-            raise InputError("track_stats must be True if track_best_outputs is True (as in dspy.GEPA): the best "
-                             "outputs are returned in detailed_results.best_outputs_valset")
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-            raise InputError(f"seed must be an integer or None, got {seed!r}")
-        if max_cost_usd is not None and (isinstance(max_cost_usd, bool) or not isinstance(max_cost_usd, (int, float))
-                                         or not max_cost_usd > 0):
-            raise InputError(f"max_cost_usd must be a positive number of US dollars or None, got {max_cost_usd!r}")
-        if wandb_init_kwargs is not None and not isinstance(wandb_init_kwargs, Mapping):
-            raise InputError(f"wandb_init_kwargs must be a dict, got {type(wandb_init_kwargs).__name__}")
-        self.metric = metric
-        self.metric_fn = metric   # dspy.GEPA's attribute name
-        self.auto, self.max_full_evals, self.max_metric_calls = auto, max_full_evals, max_metric_calls
-        self.reflection_minibatch_size = reflection_minibatch_size
-        self.candidate_selection_strategy = candidate_selection_strategy
-        self.reflection_lm = reflection_lm
-        self.skip_perfect_score, self.perfect_score = skip_perfect_score, perfect_score
-        self.add_format_failure_as_feedback = add_format_failure_as_feedback
-        self.component_selector = component_selector
-        self.instruction_proposer, self.code_proposer = instruction_proposer, code_proposer
-        self.failure_score = failure_score
-        self.use_merge, self.max_merge_invocations, self.merge_cadence = use_merge, max_merge_invocations, merge_cadence
-        self.merge_cap_counts, self.merge_parent_copies = merge_cap_counts, merge_parent_copies
-        self.reuse_scores = reuse_scores
-        self.alignment = alignment
-        self.num_threads = num_threads
-        self.log_dir, self.track_stats, self.seed = log_dir, track_stats, seed
-        self.track_best_outputs = track_best_outputs
-        self.warn_on_score_mismatch = warn_on_score_mismatch
-        self.use_wandb, self.wandb_api_key = use_wandb, wandb_api_key
-        self.wandb_init_kwargs = dict(wandb_init_kwargs) if wandb_init_kwargs else None
-        self.use_mlflow = bool(use_mlflow or mapped.use_mlflow)
-        self.gepa_kwargs = dict(gepa_kwargs or {})
-        self.tracking = TrackingSettings(
-            use_mlflow=self.use_mlflow, mlflow_tracking_uri=mapped.mlflow_tracking_uri,
-            mlflow_experiment_name=mapped.mlflow_experiment_name, mlflow_attach_existing=mapped.mlflow_attach_existing,
-            use_wandb=use_wandb, wandb_api_key=wandb_api_key, wandb_init_kwargs=self.wandb_init_kwargs,
-            wandb_attach_existing=mapped.wandb_attach_existing, key_prefix=mapped.tracking_key_prefix)
-        if self.tracking.use_mlflow or self.tracking.use_wandb:
-            self.tracking.check_installed()   # a missing package is an error now, not after the search
-        self.max_specialists = max_specialists
-        self.fast_lm, self.deep_lm = fast_lm, deep_lm
-        self.tools = tools
-        self.batch_sampler = batch_sampler or uniform_sampler
-        self.sandbox_settings = sandbox or SandboxSettings()
-        self.max_concurrent_proposals = max_concurrent_proposals
-        if fold_order not in ("start", "completion"):
-            raise InputError(f"fold_order must be 'start' or 'completion', got {fold_order!r}")
-        self.fold_order = fold_order
-        self.route_memo = route_memo
-        if not isinstance(max_idle_iterations, int) or max_idle_iterations < 1:
-            raise InputError(f"max_idle_iterations must be an integer >= 1, got {max_idle_iterations!r}")
-        self.max_idle_iterations = max_idle_iterations
-        self.progress = progress if mapped.display_progress_bar is None else mapped.display_progress_bar
-        self.max_cost_usd = float(max_cost_usd) if max_cost_usd is not None else None
-        if isinstance(max_repair_attempts, bool) or not isinstance(max_repair_attempts, int) \
-                or max_repair_attempts < 0:
-            raise InputError(f"max_repair_attempts must be an integer >= 0, got {max_repair_attempts!r}")
-        self.max_repair_attempts = max_repair_attempts
-        if proposal_format not in PROPOSAL_FORMATS:
-            raise InputError(f"proposal_format must be one of {', '.join(map(repr, PROPOSAL_FORMATS))}, got "
-                             f"{proposal_format!r}")
-        self.proposal_format = proposal_format
-        if executor is None:
-            executor = "ray" if address is not None else "threads"
-        if executor not in ("threads", "ray"):
-            raise InputError(f"executor must be 'threads' or 'ray', got {executor!r}")
-        if address is not None and executor != "ray":
-            raise InputError(f'address={address!r} runs rows on Ray, but executor="threads" was given: drop one')
-        if executor == "ray":
-            from dspy_adaptive.search.ray_executor import require_ray
-            require_ray()                  # a clear error now, before any LM money is spent
-        self.executor, self.address = executor, address
+        args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self.config = config_from_args(args)          # every argument validated here, before any LM call
+        vars(self).update(args)                       # dspy.GEPA's attribute names, as given
+        self.metric_fn, self.sandbox_settings, self.tracking = metric, self.config.sandbox, self.config.tracking
+        self.use_mlflow, self.progress = self.tracking.use_mlflow, self.config.run.progress   # as gepa_kwargs map
+        self.executor = self.config.execution.executor
+        for note in self.config.notes:
+            warnings.warn(note, UserWarning, stacklevel=2)
 
-    # -- budget --------------------------------------------------------------------------------------
-    def _budget_calls(self, student: dspy.Module, n_train: int, n_val: int) -> int:
-        """Scored calls allowed: max_metric_calls; max_full_evals x (trainset + valset), as dspy.GEPA counts it
-        (valset 0 when none is given); or dspy.GEPA's own `auto` budget for this program and data."""
-        if self.max_metric_calls is not None:
-            return self.max_metric_calls
-        if self.max_full_evals is not None:
-            return self.max_full_evals * (n_train + n_val)
-        return auto_budget(self.auto, program_components(student), n_val or n_train)
-
-    # -- compile -------------------------------------------------------------------------------------------
     def compile(self, student: dspy.Module, *, trainset: Sequence[dspy.Example], teacher: dspy.Module | None = None,
                 valset: Sequence[dspy.Example] | None = None, **kwargs: Any) -> RoutedProgram:
-        """Search for the best library and return it as a RoutedProgram.
+        """Search for the best library and return it as a RoutedProgram (with `detailed_results` when `track_stats`).
 
         Args:
             student: the user's program; it becomes the frozen fallback.
             trainset: the feedback set reflection reads (examples need `.with_inputs(...)`).
             teacher: not supported (as in dspy.GEPA): must be None.
             valset: the selection (Pareto) set every archived candidate is scored on (default: trainset).
-            **kwargs: none are taken: any keyword raises a clear error (an InputError that is also a TypeError)
-                rather than being ignored.
-
-        Returns:
-            The best archived library as a `RoutedProgram` (with `detailed_results` when `track_stats`).
+            **kwargs: none are taken: any keyword raises a clear error rather than being ignored.
         """
-        if kwargs:
-            raise UnknownArgumentError(
-                f"AdaptiveGEPA.compile() got unexpected keyword argument(s) {', '.join(map(repr, sorted(kwargs)))}: it "
-                "takes student, trainset, teacher (must be None) and valset, as dspy.GEPA.compile does. Optimizer "
-                "settings belong to AdaptiveGEPA(...).")
-        if teacher is not None:
-            raise InputError("AdaptiveGEPA does not use a teacher program (neither does dspy.GEPA): pass teacher=None")
-        if not isinstance(student, dspy.Module):
-            raise InputError(f"student must be a dspy.Module (it becomes the frozen fallback), "
-                             f"got {type(student).__name__}")
-        if trainset is None:   # an AssertionError too, as dspy.GEPA's `assert` raises
-            raise EmptyTrainsetError("trainset is None: pass a non-empty list of dspy.Example objects")
-        if hasattr(trainset, "__len__") and not isinstance(trainset, (str, bytes)) and len(trainset) == 0:
-            raise EmptyTrainsetError("trainset is empty: pass at least one dspy.Example (the feedback set "
-                                     "reflection reads)")
-        train = make_rows(trainset, "trainset")
-        val = make_rows(valset, "valset") if valset is not None else train
-        if input_keys(train) != input_keys(val) and set(input_keys(train)) != set(input_keys(val)):
-            raise InputError(f"trainset inputs {input_keys(train)} differ from valset inputs {input_keys(val)}")
-        max_calls = self._budget_calls(student, len(train), len(val) if valset is not None else 0)
+        train, val = compile_rows("AdaptiveGEPA", student, trainset, teacher, valset, kwargs)
+        tracker = SearchTracker(self.config.tracking)
+        run, engine = self._build(student, train, val, valset is not None, tracker)         # build
+        if run.restore(engine.load_state_dict) and self.config.run.progress:                   # resume
+            tqdm.write(engine.resume_summary(self.log_dir, len(run.resume.pending)))
+        if tracker:
+            tracker.start(optimizer_config(self.get_params(), "AdaptiveGEPA", max_metric_calls=run.budget.max_calls,
+                                           num_threads=run.threads, seed=engine.s.seed, trainset_size=len(train),
+                                           valset_size=len(val)))
+        try:
+            with run, run.meter.active():                                                      # run
+                engine.run()
+        except BaseException:
+            if tracker:
+                tracker.finish(failed=True)
+            raise
+        return self._result(run, engine, val, tracker)                                         # result
+
+    def _build(self, student: dspy.Module, train: Sequence[Row], val: Sequence[Row], has_valset: bool,
+               tracker: SearchTracker) -> tuple[AssembledRun, SearchEngine]:
+        c = self.config
+        max_calls = c.budget.calls(student, len(train), len(val) if has_valset else 0)
         if max_calls <= len(val):
             raise InputError(f"the budget ({max_calls} scored calls) does not exceed one validation pass "
                              f"({len(val)} rows): raise it so the search can run at least one iteration")
-        num_threads = self.num_threads or dspy.settings.num_threads or 1
-        seed = self.seed if self.seed is not None else random.SystemRandom().randrange(2 ** 31)
+        seed = c.run.seed if c.run.seed is not None else random.SystemRandom().randrange(2 ** 31)
+        search = dataclasses.replace(c.search, seed=seed)
+        spec = RunSpec(student, self.metric, input_keys(train), c.program, c.sandbox,
+                       c.execution, c.run.failure_score, c.run.track_best_outputs,
+                       c.reflection.format_failure_feedback, c.run.reuse_scores)
+        identity = {**spec_identity(spec, train, val), "optimizer": "AdaptiveGEPA",
+                    "search": {k: v for k, v in search.to_dict().items() if k != "seed" or c.run.seed is not None},
+                    "merge": c.merge.to_dict(), "reflection_lm": describe_lm(c.reflection.lm),
+                    "proposals": {"format": c.reflection.proposal_format, "external": c.reflection.external,
+                                  "max_repair_attempts": c.reflection.max_repair_attempts}}
+        run = assemble(spec, limits=BudgetLimits(max_calls, c.budget.max_cost_usd, c.budget.max_idle_iterations),
+                       log_dir=c.run.log_dir, identity=identity, what="search", progress=c.run.progress)
+        if c.sandbox.isolation == "strict":
+            run.pool.isolation_report()     # refuses here, before any LM money is spent
+        else:
+            run.pool.prestart()
+        reflector = c.reflection.reflector(input_names=spec.input_names, tools=c.program.tools,
+                                           schedule=run.services.schedule)
+        engine = SearchEngine(settings=search, merge=c.merge, seed_library=Library.empty(c.program.max_specialists),
+                              train=train, val=val, services=run.services, reflector=reflector,
+                              sampler=c.batch_sampler, observers=[tracker.on_proposal] if tracker else ())
+        return run, engine
 
-        settings = SearchSettings(
-            minibatch_size=self.reflection_minibatch_size, skip_perfect_score=self.skip_perfect_score,
-            perfect_score=self.perfect_score, seed=seed, use_merge=self.use_merge,
-            max_merge_invocations=self.max_merge_invocations, merge_cadence=self.merge_cadence,
-            merge_cap_counts=self.merge_cap_counts, merge_parent_copies=self.merge_parent_copies,
-            max_concurrent_proposals=self.max_concurrent_proposals, max_idle_iterations=self.max_idle_iterations,
-            fold_order=self.fold_order)
-        s = self.sandbox_settings
-        base = RoutedProgram(student, Library.empty(self.max_specialists), fast_lm=self.fast_lm,
-                             deep_lm=self.deep_lm, tools=self.tools, input_names=input_keys(train))
-        pool = SandboxPool(max_workers=max(2, num_threads), timeout=s.timeout, call_timeout=s.call_timeout,
-                           memory_mb=s.memory_mb, max_predictor_calls=s.max_predictor_calls,
-                           tool_names=tuple(base.tools), isolation=s.isolation)
-        base._sandbox, base._owns_sandbox = pool, False
-        if s.isolation == "strict":
-            pool.isolation_report()     # refuses here, before any LM money is spent
-        else:
-            pool.prestart()
-        if self.route_memo:
-            base.share_route_memo()
-        fingerprint = self._fingerprint(student, train, val, settings)
-        store = CheckpointStore(self.log_dir) if self.log_dir else None
-        if store is not None:
-            store.prepare()
-        meter = UsageMeter()
-        budget = Budget(max_calls, max_cost_usd=self.max_cost_usd, cost=meter.total_cost)
-        evaluator = Evaluator(base, self.metric, budget, num_threads=num_threads, failure_score=self.failure_score,
-                              keep_outputs=self.track_best_outputs,
-                              format_failure_feedback=self.add_format_failure_as_feedback,
-                              reuse_scores=self.reuse_scores,
-                              executor=self._ray_executor(student, train, num_threads, meter, base)
-                              if self.executor == "ray" else None)
-        selector = self.component_selector if callable(self.component_selector) else None
-        if self.instruction_proposer is not None or self.code_proposer is not None or selector is not None:
-            reflector = ProposerReflector(self.reflection_lm, instruction_proposer=self.instruction_proposer,
-                                          code_proposer=self.code_proposer, component_selector=selector,
-                                          input_names=input_keys(train), output_names=(), tools=dict(base.tools),
-                                          **self._proposal_options())
-        else:
-            reflector = Reflector(self.reflection_lm, input_names=input_keys(train), output_names=(),
-                                  tools=dict(base.tools), **self._proposal_options())
-        tracker = SearchTracker(self.tracking)
-        engine = SearchEngine(settings=settings, seed_library=Library.empty(self.max_specialists), train=train,
-                              val=val, evaluator=evaluator, reflector=reflector,
-                              selector=make_selector(self.candidate_selection_strategy),
-                              sampler=self.batch_sampler, budget=budget, meter=meter, store=store,
-                              fingerprint=fingerprint, merger=self._make_merger(), progress=self.progress,
-                              observers=[tracker.on_proposal] if tracker else ())
-        if store is not None and store.has_state():
-            self._resume(engine, store, evaluator, meter, fingerprint)
-        elif store is not None:
-            restored = store.start_seed(fingerprint, engine.seed_library.content_hash)
-            engine.restore_seed_rows(restored)
-            if restored and self.progress:
-                tqdm.write(f"Resuming the seed validation in {self.log_dir}: {len(restored)} of {len(val)} rows "
-                           "were scored before the interruption.")
-        if tracker:
-            tracker.start(self._tracking_config(max_calls, num_threads, seed, len(train), len(val)))
-        failed = True
-        try:
-            with meter.active():
-                engine.run()
-            failed = False
-        finally:
-            evaluator.close(wait=not failed)   # interrupted: rows not started are dropped, not run first
-            if store is not None:
-                store.close()
-            if tracker and failed:
-                tracker.finish(failed=True)
-        best = engine.archive[engine.archive.best_index()]
-        result = AdaptiveGEPAResult.from_state(engine.state_dict(), row_results=evaluator.faulty,
-                                               schedule=engine.schedule.to_list(), log_dir=self.log_dir,
-                                               sandbox=sandbox_record(pool))
+    def _result(self, run: AssembledRun, engine: SearchEngine, val: Sequence[Row],
+                tracker: SearchTracker) -> RoutedProgram:
         from dspy_adaptive.lm.pool import endpoint_usage
-        endpoints = endpoint_usage(*{id(lm): lm for lm in (self.fast_lm, self.deep_lm, self.reflection_lm,
-                                                            dspy.settings.lm) if lm is not None}.values())
+        c = self.config
+        result = AdaptiveGEPAResult.from_state(engine.state_dict(), row_results=run.evaluator.faulty,
+                                               schedule=run.services.schedule.to_list(), log_dir=c.run.log_dir,
+                                               sandbox=sandbox_record(run.pool))
+        lms = (c.program.fast_lm, c.program.deep_lm, c.reflection.lm, dspy.settings.lm)
+        endpoints = endpoint_usage(*{id(lm): lm for lm in lms if lm is not None}.values())
         if endpoints:
             result = dataclasses.replace(result, endpoints=endpoints)
-        routed = base.with_library(best.library)
-        routed._sandbox, routed._owns_sandbox = pool, True
-        routed._route_memo = None
-        base._route_memo = None
-        if self.track_stats:
-            routed.detailed_results = DetailedResults.build(
-                result, base, val, evaluator.cache, track_best_outputs=self.track_best_outputs)
-        if self.log_dir:
-            write_run_record(result, self.log_dir)
-            routed.export(Path(self.log_dir) / "best_library")
+        routed = run.returned(engine.archive[engine.archive.best_index()].library)
+        if c.run.track_stats:
+            routed.detailed_results = DetailedResults.build(result, run.base, val, run.evaluator.cache,
+                                                            track_best_outputs=c.run.track_best_outputs)
+
+        def write(directory: Path) -> None:
+            write_run_record(result, directory)
+            routed.export(directory / "best_library")
+
+        if c.run.log_dir:
+            write(Path(c.run.log_dir))
         if tracker:
-            self._log_artifacts(tracker, result, routed)
+            log_run_artifacts(tracker, c.run.log_dir, write)
             tracker.finish()
         return routed
 
-    def _tracking_config(self, max_calls: int, num_threads: int, seed: int, n_train: int, n_val: int) -> dict:
-        config = {k: v for k, v in self.get_params().items() if k not in ("tracking", "gepa_kwargs", "wandb_api_key")}
-        config.update(resolved_max_metric_calls=max_calls, resolved_num_threads=num_threads, resolved_seed=seed,
-                      trainset_size=n_train, valset_size=n_val, optimizer="AdaptiveGEPA")
-        if self.gepa_kwargs:
-            config["gepa_kwargs"] = sorted(self.gepa_kwargs)
-        return config
-
-    def _log_artifacts(self, tracker: SearchTracker, result: AdaptiveGEPAResult, routed: RoutedProgram) -> None:
-        """The run directory as artifacts: run.json, report.md, PNGs, the exported best library (written to a
-        temporary directory first when there is no log_dir)."""
-        if self.log_dir:
-            tracker.log_artifacts(Path(self.log_dir))
-            return
-        with tempfile.TemporaryDirectory(prefix="adaptive-gepa-run-") as tmp:
-            write_run_record(result, tmp)
-            routed.export(Path(tmp) / "best_library")
-            tracker.log_artifacts(Path(tmp))
-
-    def _ray_executor(self, student: dspy.Module, train: Sequence[Row], num_threads: int, meter: UsageMeter,
-                      base: RoutedProgram) -> Any:
-        """Ray actors that each rebuild this run's base program (student, profiles, tools, sandbox limits) and
-        score rows with the same settings as the thread executor."""
-        from dspy_adaptive.search.ray_executor import RayExecutor
-        spec = dict(student=student, k=self.max_specialists, fast_lm=self.fast_lm, deep_lm=self.deep_lm,
-                    tools=self.tools, input_names=input_keys(train), sandbox=self.sandbox_settings, metric=self.metric,
-                    failure_score=self.failure_score, keep_outputs=self.track_best_outputs,
-                    format_failure_feedback=self.add_format_failure_as_feedback, route_memo=self.route_memo)
-
-        def on_usage(snapshot: dict[str, Any]) -> None:     # into the proposal's ledger too, when one is open
-            (current_meter() or meter).merge(snapshot)
-
-        return RayExecutor(functools.partial(build_row_scorer, **spec), num_actors=num_threads,
-                           address=self.address, failure_score=self.failure_score, on_usage=on_usage,
-                           settings={"lm": dspy.settings.lm, "adapter": dspy.settings.adapter},
-                           num_cpus=max(2, num_threads), route_memo=lambda: base._route_memo)
-
-    def _proposal_options(self) -> dict[str, Any]:
-        return {"max_repair_attempts": self.max_repair_attempts, "proposal_format": self.proposal_format}
-
-    def _make_merger(self) -> MergeProposer | None:
-        return MergeProposer(alignment=self.alignment, parent_copies=self.merge_parent_copies) \
-            if self.use_merge else None
-
-    def _resume(self, engine: SearchEngine, store: CheckpointStore, evaluator: Evaluator, meter: UsageMeter,
-                fingerprint: str) -> None:
-        state = store.load_state()
-        if state.get("fingerprint") != fingerprint:
-            raise ResumeMismatchError(
-                f"log_dir {self.log_dir!r} holds a run with a different configuration, program or data "
-                "(its fingerprint differs). Refusing to resume it silently: use a new log_dir, or delete "
-                "the old one to start over.")
-        engine.load_state_dict(state)
-        if state.get("seed") is not None and state["seed"] != engine.s.seed:   # seed=None: the run's own seed
-            engine.s = dataclasses.replace(engine.s, seed=state["seed"])
-        entries, dropped = store.load_evals(engine.committed)
-        for _, key, res in entries:            # the latest result per (candidate, row), and every faulty call
-            evaluator.cache[(key, res.row_id)] = res
-            evaluator.note_fault(res)
-        engine.lost_calls += dropped   # really spent, but by an iteration the interruption discarded
-        store.rewrite_evals(entries)
-        meter.restore(state.get("usage", {}))
-        if self.progress:
-            tqdm.write(f"Resuming {self.log_dir}: iteration {engine.iteration}, {engine.budget.spent} of "
-                       f"{engine.budget.max_calls} scored calls spent, {len(engine.archive)} candidates "
-                       f"(best validation mean {engine.archive[engine.archive.best_index()].val_mean:.3f}).")
-
-    def _fingerprint(self, student: dspy.Module, train: Sequence[Row], val: Sequence[Row],
-                     settings: SearchSettings) -> str:
-        try:
-            program_state = json.dumps(student.dump_state(), sort_keys=True, default=str)
-        except Exception:
-            program_state = repr(student)
-        # what the search does with these rows (the budget's size and the idle limit may change on resume)
-        # (seed=None draws a seed per compile: a rerun resumes with the run's own seed, kept in its state)
-        skip = ("max_idle_iterations", "seed") if self.seed is None else ("max_idle_iterations",)
-        config = {k: v for k, v in settings.to_dict().items() if k not in skip}
-        config.update(failure_score=self.failure_score, alignment=self.alignment, reuse_scores=self.reuse_scores)
-        if self.add_format_failure_as_feedback:   # (only when set: older runs keep their fingerprint)
-            config["format_failure_feedback"] = True
-        payload = {
-            "program": type(student).__qualname__, "program_state": program_state, "config": config,
-            "max_specialists": self.max_specialists, "candidate_selection": self.candidate_selection_strategy,
-            "train": [r.id for r in train], "val": [r.id for r in val],
-            "tools": sorted(normalise_tools(self.tools)),
-        }
-        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
-
     def get_params(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("metric", "metric_fn", "reflection_lm", "fast_lm", "deep_lm", "tools", "batch_sampler")}
+                if k not in ("metric", "metric_fn", "reflection_lm", "fast_lm", "deep_lm", "tools", "batch_sampler",
+                             "config", "sandbox_settings")}
 
+
+__all__ = ["AdaptiveGEPA", "ResumeMismatchError", "SandboxSettings", "UnknownArgumentError"]

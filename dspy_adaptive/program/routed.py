@@ -43,6 +43,7 @@ from dspy_adaptive.lm.adapter_memo import lm_context
 from dspy_adaptive.lm.usage import role
 from dspy_adaptive.program.library import FALLBACK, INACTIVE, Library
 from dspy_adaptive.program.profiles import declared_profile, effective_profile
+from dspy_adaptive.program.route_memo import RouteMemo
 from dspy_adaptive.sandbox import (
     PredictorBridge,
     PredictorCache,
@@ -285,6 +286,10 @@ def _infer_input_names(program: dspy.Module) -> tuple[str, ...] | None:
     return None
 
 
+class _Same:
+    """`with_library`'s default: the variant shares this program's route memo."""
+
+
 class RoutedProgram(dspy.Module, Parameter):
     """Router -> specialist (sandboxed) or the frozen fallback. See the module docstring.
 
@@ -311,6 +316,9 @@ class RoutedProgram(dspy.Module, Parameter):
             named by their `__name__`).
         sandbox: a shared `SandboxPool` to run specialists in (default: one is started on first use and
             closed by `close()`).
+        owns_sandbox: whether `close()` closes `sandbox` (default: only a pool this program started itself).
+        route_memo: a `RouteMemo` of router decisions to share (a search's; default: none, the router is called
+            every time).
         max_specialists: the number of slots of the default empty library (ignored when `library` is given).
         input_names: the request's input fields, which the router reads (default: the fallback's declared
             inputs, else learnt from the first call).
@@ -327,6 +335,8 @@ class RoutedProgram(dspy.Module, Parameter):
         sandbox: SandboxPool | None = None,
         max_specialists: int = 5,
         input_names: Sequence[str] | None = None,
+        owns_sandbox: bool | None = None,
+        route_memo: RouteMemo | None = None,
     ):
         super().__init__()
         if not isinstance(program, dspy.Module):
@@ -342,9 +352,9 @@ class RoutedProgram(dspy.Module, Parameter):
         self.tools = normalise_tools(tools)
         self.input_names = tuple(input_names) if input_names else _infer_input_names(program)
         self._sandbox = sandbox
-        self._owns_sandbox = sandbox is None
+        self._owns_sandbox = sandbox is None if owns_sandbox is None else bool(owns_sandbox)
         self._lock = threading.RLock()
-        self._route_memo: dict[tuple, tuple[int | None, str | None]] | None = None
+        self._route_memo = route_memo
         self._set_library(library)
 
     def _set_library(self, library: Library) -> None:
@@ -371,13 +381,16 @@ class RoutedProgram(dspy.Module, Parameter):
             self._set_library(library)
 
     # -- building variants -----------------------------------------------------------------------
-    def with_library(self, library: Library) -> "RoutedProgram":
-        """A RoutedProgram over `library` sharing this one's fallback, LMs, tools and sandbox (with a fresh
-        router and fresh specialist predictors)."""
+    def with_library(self, library: Library, *, owns_sandbox: bool = False,
+                     route_memo: "RouteMemo | None | type[_Same]" = _Same) -> "RoutedProgram":
+        """A RoutedProgram over `library` sharing this one's fallback, LMs, tools, sandbox and route memo (with
+        a fresh router and fresh specialist predictors). `owns_sandbox=True` hands it the sandbox (its
+        `close()` closes it: the program an optimizer returns); `route_memo=None` gives it no memo."""
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
         clone._sandbox = self.sandbox
-        clone._owns_sandbox = False
+        clone._owns_sandbox = owns_sandbox
+        clone._route_memo = self._route_memo if route_memo is _Same else route_memo
         clone._lock = threading.RLock()
         clone.__dict__.pop("detailed_results", None)
         clone._set_library(library)
@@ -415,12 +428,10 @@ class RoutedProgram(dspy.Module, Parameter):
         """`forward` in a worker thread (the sandbox round trip blocks), with this context's settings."""
         return await asyncio.to_thread(type(self).forward, self, **inputs)
 
-    def share_route_memo(self) -> None:
-        """Memoise router decisions per (router text, active descriptions, request) across this program and
-        every `with_library` variant made from it afterwards. The router prompt is then identical, so this
-        gives what DSPy's LM cache would (the paper's runs kept actor caching on) without re-running the
-        adapter; the search enables it, a deployed RoutedProgram does not."""
-        self._route_memo = {}
+    @property
+    def route_memo(self) -> RouteMemo | None:
+        """The router-decision memo this program shares with its `with_library` variants (None: none)."""
+        return self._route_memo
 
     def _route(self, inputs: Mapping[str, Any]) -> tuple[int | None, str | None]:
         library = self.library
@@ -430,7 +441,7 @@ class RoutedProgram(dspy.Module, Parameter):
         key = None
         router = self._router_for(tuple(inputs))
         if self._route_memo is not None:
-            key = (library.router, specialists, json.dumps(dict(inputs), sort_keys=True, default=str))
+            key = RouteMemo.key(library.router, specialists, inputs)
             hit = self._route_memo.get(key)
             if hit is not None:
                 _trace_memo_hit(router, {**inputs, "specialists": specialists}, hit[1])
@@ -443,7 +454,7 @@ class RoutedProgram(dspy.Module, Parameter):
         answer = str(out.slot)
         decision = (parse_slot_answer(answer), answer)
         if key is not None:
-            self._route_memo[key] = decision
+            self._route_memo.put(key, decision)
         return decision
 
     def _resolve(self, selected: int | None, answer: str | None) -> tuple[int, str | None]:

@@ -122,6 +122,18 @@ class AdaptiveGEPAResult:
         return cls(**d)
 
 
+def sandbox_record(pool: Any) -> dict[str, Any]:
+    """The run record's `sandbox` entry: the pool's measured isolation (which layers held, and why any did
+    not); if it cannot be measured, why not."""
+    import warnings
+    try:
+        with warnings.catch_warnings():       # the pool has already warned once about missing layers
+            warnings.simplefilter("ignore")
+            return pool.isolation_report().to_dict()
+    except Exception as e:  # noqa: BLE001 - the record says so instead of failing a finished search
+        return {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+
+
 def fault_summary(proposals: Iterable[ProposalRecord], row_results: Iterable[RowResult],
                   lost_calls: int = 0) -> dict[str, Any]:
     """What went wrong and was absorbed: failed rollouts (scored failure_score, metric not called) by error

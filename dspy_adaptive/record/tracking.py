@@ -27,7 +27,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from dspy_adaptive.data import InputError
 from dspy_adaptive.schema import ProposalRecord
@@ -198,6 +198,29 @@ class SearchTracker:
         self._each("finish", failed)
 
 
+def optimizer_config(params: Mapping[str, Any], optimizer: str, **resolved: Any) -> dict[str, Any]:
+    """An optimizer's configuration as trackers log it: its parameters (secrets and objects left out, gepa_kwargs
+    by key) and the values resolved when the run started (`resolved_<name>`)."""
+    config = {k: v for k, v in params.items() if k not in ("tracking", "gepa_kwargs", "wandb_api_key")}
+    config.update({f"resolved_{k}" if k in ("max_metric_calls", "num_threads", "seed") else k: v
+                   for k, v in resolved.items()}, optimizer=optimizer)
+    if params.get("gepa_kwargs"):
+        config["gepa_kwargs"] = sorted(params["gepa_kwargs"])
+    return config
+
+
+def log_run_artifacts(tracker: SearchTracker, log_dir: str | None, write: Callable[[Path], None]) -> None:
+    """The run directory as artifacts: `log_dir` itself, or (no log_dir) the files `write(directory)` writes to a
+    temporary directory."""
+    if log_dir:
+        tracker.log_artifacts(Path(log_dir))
+        return
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="adaptive-gepa-run-") as tmp:
+        write(Path(tmp))
+        tracker.log_artifacts(Path(tmp))
+
+
 def proposal_metrics(engine: "SearchEngine", record: ProposalRecord) -> dict[str, float]:
     """The numbers of one proposal's tracking step."""
     best = engine.archive[engine.archive.best_index()]
@@ -235,4 +258,6 @@ def _param_text(value: Any, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["MlflowTracker", "SearchTracker", "Tracker", "TrackingSettings", "WandbTracker", "proposal_metrics"]
+__all__ = ["MlflowTracker", "SearchTracker", "Tracker", "TrackingSettings", "WandbTracker", "log_run_artifacts",
+           "optimizer_config",
+           "proposal_metrics"]

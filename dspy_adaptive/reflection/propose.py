@@ -183,7 +183,7 @@ class Reflector:
 
     def __init__(self, reflection_lm: Any, *, input_names: Sequence[str], output_names: Sequence[str],
                  tools: Sequence[str] = (), max_repair_attempts: int = 1, proposal_format: str = "code",
-                 auto_after: int = 2):
+                 auto_after: int = 2, schedule: Any = None):
         if proposal_format not in PROPOSAL_FORMATS:
             raise ValueError(f"proposal_format={proposal_format!r}: expected one of {', '.join(PROPOSAL_FORMATS)}")
         self.lm = reflection_lm
@@ -192,7 +192,7 @@ class Reflector:
             if isinstance(tools, Mapping) else ()
         self.max_repair_attempts, self.proposal_format, self.auto_after = max_repair_attempts, proposal_format, \
             auto_after
-        self.schedule = None  # a search.schedule.Schedule, when the caller wants the step record
+        self.schedule = schedule  # a search.schedule.Schedule, when the caller wants the step record
         self.set_output_names(output_names)
         self.select = dspy.Predict(sig.SelectAction)
         self.activate = dspy.Predict(sig.ActivateSlot)

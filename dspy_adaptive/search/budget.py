@@ -1,5 +1,9 @@
-"""The budget: scored calls (one program run on one example plus its metric), counted by kind, and an
-optional USD limit on the LM cost of every role (read from the run's cost ledger)."""
+"""The budget and the search's one stop rule.
+
+Scored calls (one program run on one example plus its metric) are counted by kind; an optional USD limit
+reads the run's cost ledger; an idle limit stops a search that keeps starting iterations which spend
+nothing. `stop_reason()` is the only place that decides whether another iteration may start.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
+from dspy_adaptive import checks
 from dspy_adaptive.schema import BUDGET_KINDS as KINDS
 from dspy_adaptive.schema import BudgetKind
 
@@ -23,20 +28,28 @@ class BudgetReport:
 
 
 class Budget:
-    """Thread-safe counter. Iterations start only while `spent < max_calls` (and, with `max_cost_usd`, while
-    `cost() < max_cost_usd`); evaluations in flight finish."""
+    """Thread-safe counter and stop rule. Iterations start only while the spent count is below `max_calls`,
+    the cost (with `max_cost_usd`) below its limit, and fewer than `max_idle_iterations` iterations in a row
+    spent nothing; evaluations in flight finish."""
 
-    def __init__(self, max_calls: int, *, max_cost_usd: float | None = None, cost: Callable[[], float] | None = None):
+    def __init__(self, max_calls: int, *, max_cost_usd: float | None = None, cost: Callable[[], float] | None = None,
+                 max_idle_iterations: int | None = None):
+        checks.integer("max_metric_calls", max_calls)
+        checks.positive_number("max_cost_usd", max_cost_usd, optional=True, unit="US dollars")
+        checks.integer("max_idle_iterations", max_idle_iterations, optional=True)
         self.max_calls = max_calls
         self.max_cost_usd = max_cost_usd
+        self.max_idle_iterations = max_idle_iterations
         self.cost = cost or (lambda: 0.0)
+        self.idle_iterations = 0          # consecutive finished iterations that spent no scored call
         self._by_kind = dict.fromkeys(KINDS, 0)
         self._lock = threading.Lock()
 
-    def restore(self, by_kind: dict[str, int]) -> None:
+    def restore(self, by_kind: dict[str, int], idle_iterations: int = 0) -> None:
         """Counts from a checkpoint (resume)."""
         with self._lock:
             self._by_kind.update(by_kind)
+            self.idle_iterations = idle_iterations
 
     def charge(self, kind: BudgetKind, n: int = 1) -> None:
         if kind not in KINDS:
@@ -49,21 +62,25 @@ class Budget:
         with self._lock:
             return sum(self._by_kind.values())
 
-    def can_start(self) -> bool:
-        return self.stop_reason() is None
+    def iteration_finished(self, spent_before: int, spent_after: int) -> None:
+        """An iteration finished having moved the count from `spent_before` to `spent_after` (the idle rule)."""
+        self.idle_iterations = 0 if spent_after > spent_before else self.idle_iterations + 1
 
-    def stop_reason(self) -> str | None:
-        """Why no new iteration may start (None: one may)."""
-        if self.spent >= self.max_calls:
+    def can_start(self, spent: int | None = None) -> bool:
+        return self.stop_reason(spent) is None
+
+    def stop_reason(self, spent: int | None = None) -> str | None:
+        """Why no new iteration may start (None: one may). `spent`: the count to judge by when it is not every
+        call charged so far (ordered concurrency judges by the calls of folded work only)."""
+        if (self.spent if spent is None else spent) >= self.max_calls:
             return "budget exhausted"
-        return self.cost_stop_reason()
-
-    def cost_stop_reason(self) -> str | None:
-        """The cost limit's part of `stop_reason` (None: not set, or not reached)."""
         if self.max_cost_usd is not None:
             cost = self.cost()
             if cost >= self.max_cost_usd:
                 return f"cost limit reached (${cost:.4f} of ${self.max_cost_usd:g})"
+        if self.max_idle_iterations is not None and self.idle_iterations >= self.max_idle_iterations:
+            return (f"stalled: {self.idle_iterations} iterations in a row spent no budget (parents perfect on "
+                    "their cached minibatches, or every reflection rejected)")
         return None
 
     def report(self) -> BudgetReport:

@@ -1,10 +1,21 @@
-"""Checkpoint and resume: nothing accepted is lost, no spent call is forgotten.
+"""Checkpoint and resume -- the one resume of both optimizers: nothing committed is lost, no scored call is
+forgotten, none is charged twice.
 
-`state.json` holds the committed search state (archive, budget counts, RNG state, proposal log,
-usage). It is replaced atomically (write to a temp file, fsync, rename) after every iteration.
-`evals.jsonl` is an append-only log of scored calls tagged with the iteration that made them; on
-resume only lines of committed iterations are loaded (a torn last line or the calls of an
-uncommitted iteration are dropped, and that iteration is redone exactly as before).
+Files in log_dir:
+
+* `identity.json`: what makes the run (program, data, settings, LMs, ...), written before its first scored
+  call. A rerun with anything different is refused, naming what differs (`ResumeMismatchError`).
+* `state.json`: the committed state (the optimizer's own dict, with `committed`: the work units -- iterations,
+  turns -- folded into it). Replaced atomically (temp file, fsync, rename).
+* `evals.jsonl`: an append-only log of every scored call as it completes, tagged with its work unit, the
+  candidate's content hash and its budget kind; flushed at once, so a kill hides nothing.
+
+On resume (`CheckpointStore.open`) the log splits in two: calls of committed units (already in the state's
+budget) and *pending* calls, made by units the interruption cut off. Pending calls were paid for: they are
+charged again to the budget at once (so a resumed run never exceeds its budget), and kept as a `Replay`: when
+the resumed run scores the same candidate on the same row for the same unit -- the cut-off unit redone, as
+a seeded run redoes it -- the logged result is used instead of running the row again. A pending call no
+redone unit asks for is counted as lost (`Replay.expire`): charged, its result unused.
 """
 
 from __future__ import annotations
@@ -12,16 +23,23 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
-from dspy_adaptive.schema import RowResult
+from dspy_adaptive.data import InputError
+from dspy_adaptive.schema import BUDGET_KINDS, RowResult
 
 STATE = "state.json"
 EVALS = "evals.jsonl"
-SEED = "seed.json"      # written before the seed validation: which run the eval log's first rows belong to
-#: The layout of state.json this code writes and reads; a state of another version is refused on load.
-STATE_VERSION = 1
+IDENTITY = "identity.json"
+#: The layout of state.json and evals.jsonl this code writes and reads; another version is refused on load.
+STATE_VERSION = 2
+
+
+class ResumeMismatchError(InputError):
+    """log_dir holds another run (other program, data, settings or LMs): it is not resumed silently."""
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -41,13 +59,115 @@ def atomic_write_text(path: Path, text: str) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class LoggedCall:
+    """One scored call of the eval log."""
+
+    tag: int            # the work unit (iteration, turn) that made it
+    key: str            # the candidate's content hash
+    kind: str           # its budget kind
+    result: RowResult
+
+    def to_json(self) -> str:
+        return json.dumps({"iter": self.tag, "hash": self.key, "kind": self.kind, "result": self.result.to_dict()})
+
+    @classmethod
+    def from_json(cls, line: str) -> "LoggedCall":
+        rec = json.loads(line)
+        if rec.get("kind") not in BUDGET_KINDS:
+            raise ValueError(f"unknown budget kind {rec.get('kind')!r}")
+        return cls(int(rec["iter"]), str(rec["hash"]), rec["kind"], RowResult.from_dict(rec["result"]))
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What `open` found: the committed state (None: nothing committed yet), the calls of committed work (in
+    log order), and the pending calls (made by work the interruption cut off)."""
+
+    state: dict[str, Any] | None
+    committed: tuple[LoggedCall, ...] = ()
+    pending: tuple[LoggedCall, ...] = ()
+
+    @property
+    def resumed(self) -> bool:
+        return self.state is not None or bool(self.pending)
+
+
+class Replay:
+    """Pending calls of a resumed run, by (unit, candidate, row): `take` one when the run asks for exactly
+    that call again; `expire` what no unit asked for once the units up to a tag are done (lost calls)."""
+
+    def __init__(self, pending: Iterable[LoggedCall] = ()):
+        self._calls: dict[tuple[int, str, str], deque[LoggedCall]] = {}
+        for call in pending:
+            self._calls.setdefault((call.tag, call.key, call.result.row_id), deque()).append(call)
+        self._lock = threading.Lock()
+
+    def take(self, tag: int, key: str, row_id: str) -> RowResult | None:
+        with self._lock:
+            calls = self._calls.get((tag, key, row_id))
+            if not calls:
+                return None
+            call = calls.popleft()
+            if not calls:
+                del self._calls[(tag, key, row_id)]
+            return call.result
+
+    def expire(self, upto: int | None = None) -> int:
+        """Drop the calls of units <= `upto` (None: all) that were not taken; their number (lost calls)."""
+        with self._lock:
+            gone = [k for k in self._calls if upto is None or k[0] <= upto]
+            return sum(len(self._calls.pop(k)) for k in gone)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._calls.values())
+
+
+def _differences(before: Any, now: Any, path: str = "") -> list[str]:
+    """What differs between two identities, one line per leaf: `merge.enabled: was true, now false`."""
+    if isinstance(before, Mapping) and isinstance(now, Mapping):
+        out: list[str] = []
+        for key in sorted(set(before) | set(now)):
+            out += _differences(before.get(key), now.get(key), f"{path}.{key}" if path else str(key))
+        return out
+    if before == now:
+        return []
+    was, is_ = (json.dumps(v, sort_keys=True, default=str) for v in (before, now))
+    return [f"{path}: was {was[:200]}, now {is_[:200]}"]
+
+
 class CheckpointStore:
-    def __init__(self, log_dir: str | Path):
+    """The run's files in `log_dir` (see the module docstring). `identity` is a JSON-able mapping of what makes
+    the run, by name; `what` names the run in messages ("search", "OEO run")."""
+
+    def __init__(self, log_dir: str | Path, identity: Mapping[str, Any], *, what: str = "run"):
         self.dir = Path(log_dir)
+        self.identity = json.loads(json.dumps(dict(identity), sort_keys=True, default=str))
+        self.what = what
         self._lock = threading.Lock()
         self._evals = None
 
-    def prepare(self) -> None:
+    # -- opening: the only resume ------------------------------------------------------------------------
+    def open(self) -> Resume:
+        """Make log_dir ready; refuse another run's files; return what an interrupted run left (see Resume)."""
+        self._prepare()
+        marker = self._read_json(IDENTITY)
+        state = self._read_json(STATE)
+        if marker is None and state is None:
+            self._check_no_stray_log()
+            atomic_write_text(self.dir / EVALS, "")
+            atomic_write_text(self.dir / IDENTITY, json.dumps({"version": STATE_VERSION, "identity": self.identity}))
+            return Resume(None)
+        self._check_identity(marker, state)
+        calls = self._read_log()
+        committed_tags = set(state.get("committed", ())) if state is not None else set()
+        committed = tuple(c for c in calls if c.tag in committed_tags)
+        pending = tuple(c for c in calls if c.tag not in committed_tags)
+        atomic_write_text(self.dir / EVALS, "".join(c.to_json() + "\n" for c in calls))   # drops a torn tail
+        return Resume(state, committed, pending)
+
+    def _prepare(self) -> None:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             probe = self.dir / ".write_test"
@@ -57,78 +177,69 @@ class CheckpointStore:
             raise PermissionError(f"log_dir {str(self.dir)!r} is not writable ({e}); pass a directory you can "
                                   "write to, or log_dir=None to run without a record") from e
 
-    def has_state(self) -> bool:
-        return (self.dir / STATE).exists()
-
-    def load_state(self) -> dict[str, Any]:
+    def _read_json(self, name: str) -> dict[str, Any] | None:
+        path = self.dir / name
+        if not path.exists():
+            return None
         try:
-            state = json.loads((self.dir / STATE).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:  # cannot happen with atomic writes; say so if it does
-            raise RuntimeError(f"{self.dir / STATE} is corrupt ({e}); restore it from a backup or start a new "
-                               "log_dir") from e
-        version = state.get("version") if isinstance(state, dict) else None
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:  # cannot happen with atomic writes; say so if it does
+            raise RuntimeError(f"{path} is corrupt ({e}); restore it from a backup or start a new log_dir") from e
+        version = data.get("version") if isinstance(data, dict) else None
         if version != STATE_VERSION:
-            raise RuntimeError(f"{self.dir / STATE} has state version {version!r}, but this dspy_adaptive reads "
-                               f"version {STATE_VERSION}: it was written by another release. Resume it with that "
-                               "release, or start a new log_dir.")
-        return state
+            raise ResumeMismatchError(
+                f"{path} has layout version {version!r}, but this dspy_adaptive reads version {STATE_VERSION}: it "
+                "was written by another release. Resume it with that release, or use a new log_dir (or delete "
+                f"{str(self.dir)!r}) to start over.")
+        return data
 
-    def load_evals(self, committed: set[int]) -> tuple[list[tuple[int, str, RowResult]], int]:
-        """(every committed scored call as (iteration, candidate hash, result), in log order; the number of
-        dropped scored calls) from the eval log. Every line counts: with the paper's accounting the same
-        candidate and row may have been scored several times, each a charged call."""
-        entries: list[tuple[int, str, RowResult]] = []
-        dropped = 0
+    def _check_no_stray_log(self) -> None:
+        path = self.dir / EVALS
+        if path.exists() and path.stat().st_size:
+            raise ResumeMismatchError(
+                f"log_dir {str(self.dir)!r} holds scored calls ({EVALS}) but no record of which run made them: "
+                f"refusing to mix them into this {self.what}. Use a new log_dir, or delete that one to start over.")
+
+    def _check_identity(self, marker: dict[str, Any] | None, state: dict[str, Any] | None) -> None:
+        before = (state or {}).get("identity") or (marker or {}).get("identity") or {}
+        if before != self.identity:
+            diffs = _differences(before, self.identity)
+            raise ResumeMismatchError(
+                f"log_dir {str(self.dir)!r} holds another {self.what} (a different configuration, program or data, "
+                "or other LMs); refusing to resume it silently. What differs:\n  " + "\n  ".join(diffs[:12])
+                + ("\n  ..." if len(diffs) > 12 else "") + "\nRerun with the same settings to resume it; to start "
+                "fresh, use a new log_dir, or delete the old one to start over.")
+
+    def _read_log(self) -> list[LoggedCall]:
+        calls: list[LoggedCall] = []
         path = self.dir / EVALS
         if not path.exists():
-            return entries, dropped
+            return calls
         with open(path, encoding="utf-8") as f:
             for line in f:
                 try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    break  # torn tail from a crash mid-append
-                if rec["iter"] in committed:
-                    entries.append((rec["iter"], rec["hash"], RowResult.from_dict(rec["result"])))
-                else:
-                    dropped += 1
-        return entries, dropped
+                    calls.append(LoggedCall.from_json(line))
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    break  # torn tail from a crash mid-append (nothing after it was flushed)
+        return calls
 
-    def rewrite_evals(self, entries: list[tuple[int, str, RowResult]]) -> None:
-        """Rewrite the eval log to exactly the committed calls (drops uncommitted lines after a resume)."""
-        lines = [json.dumps({"iter": it, "hash": h, "result": r.to_dict()}) for it, h, r in entries]
-        atomic_write_text(self.dir / EVALS, "".join(line + "\n" for line in lines))
-
-    def start_seed(self, fingerprint: str, seed_hash: str) -> list[RowResult]:
-        """Before the seed validation of a run with no state yet: the seed rows an interrupted attempt of the
-        same run (same fingerprint) already scored, in log order; the eval log keeps exactly those (anything
-        else in it belonged to another run or to nothing committed)."""
-        marker = {"fingerprint": fingerprint, "seed_hash": seed_hash}
-        same = False
-        try:
-            same = json.loads((self.dir / SEED).read_text(encoding="utf-8")) == marker
-        except (OSError, json.JSONDecodeError):
-            pass
-        entries = [e for e in self.load_evals({0})[0] if e[1] == seed_hash] if same else []
-        latest = {res.row_id: (it, h, res) for it, h, res in entries}
-        self.rewrite_evals(list(latest.values()))
-        atomic_write_text(self.dir / SEED, json.dumps(marker))
-        return [res for _, _, res in latest.values()]
-
-    def append_eval(self, iteration: int, candidate_hash: str, result: RowResult) -> None:
-        line = json.dumps({"iter": iteration, "hash": candidate_hash, "result": result.to_dict()})
+    # -- running --------------------------------------------------------------------------------------------
+    def append_eval(self, tag: int, key: str, kind: str, result: RowResult) -> None:
+        line = LoggedCall(tag, key, kind, result).to_json()
         with self._lock:
             if self._evals is None:
                 self._evals = open(self.dir / EVALS, "a", encoding="utf-8")
             self._evals.write(line + "\n")
             self._evals.flush()  # a SIGKILL must not drop counted calls
 
-    def commit(self, state: dict[str, Any]) -> None:
+    def commit(self, state: Mapping[str, Any]) -> None:
+        """Replace state.json by `state` (which names its committed work units in `committed`)."""
         with self._lock:
             if self._evals is not None:
                 self._evals.flush()
                 os.fsync(self._evals.fileno())
-        atomic_write_text(self.dir / STATE, json.dumps(state))
+        payload = {**state, "version": STATE_VERSION, "identity": self.identity}
+        atomic_write_text(self.dir / STATE, json.dumps(payload))
 
     def close(self) -> None:
         with self._lock:

@@ -9,27 +9,24 @@
 
 Merges (when enabled) take the place of a reflective iteration at their cadence: the merge proposer
 returns a proposal already checked on its gate rows, and the engine validates, archives and records
-it, as it does a reflective child. The loop starts an iteration only while spent < budget; in-flight
-evaluations finish, so the final count can overshoot by at most one iteration (k concurrent
-proposals: k iterations, plus one minibatch for each proposal that was stopping as stale). After
-every iteration the state is checkpointed.
+it, as it does a reflective child. There is one loop: a window of up to k proposals in flight
+(`search.window`; k = 1 is the sequential loop). An iteration starts only while `Budget.stop_reason`
+allows it; in-flight evaluations finish, so the final count can overshoot by at most one iteration (k
+concurrent proposals: k iterations, plus one minibatch for each proposal that was stopping as stale).
+Each proposal's and merge's LM usage is metered in its own ledger. After every iteration the state is
+checkpointed.
 """
 
 from __future__ import annotations
 
-import contextvars
 import random
-import threading
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
-
-from tqdm.auto import tqdm
 
 from dspy_adaptive.data import Row
 from dspy_adaptive.lm.usage import UsageMeter
-from dspy_adaptive.merge.proposer import MergeProposer, MergeState
+from dspy_adaptive.merge.proposer import MergeState
+from dspy_adaptive.merge.settings import MergeSettings
 from dspy_adaptive.program.library import Library
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.reflection.traces import recent_history
@@ -37,252 +34,143 @@ from dspy_adaptive.schema import ProposalRecord, RowResult
 from dspy_adaptive.search import gate
 from dspy_adaptive.search.archive import Archive, Candidate
 from dspy_adaptive.search.budget import Budget
-from dspy_adaptive.search.checkpoint import STATE_VERSION, CheckpointStore
+from dspy_adaptive.search.checkpoint import CheckpointStore
 from dspy_adaptive.search.evaluate import Evaluator
-from dspy_adaptive.search.inflight import InFlight, Job, JobOutcome
+from dspy_adaptive.search.inflight import Job, JobOutcome
+from dspy_adaptive.search.progress import SearchProgress
 from dspy_adaptive.search.sampling import BatchSampler, sample_minibatch
 from dspy_adaptive.search.schedule import Schedule
-from dspy_adaptive.search.select import CandidateSelector
+from dspy_adaptive.search.select import make_selector
+from dspy_adaptive.search.settings import SearchSettings
+from dspy_adaptive.search.window import Window
 
 
 @dataclass(frozen=True)
-class SearchSettings:
-    """What the loop itself reads (the budget's size lives in `Budget`, the metric's failure score in the
-    `Evaluator`, the merge alignment in the `MergeProposer`)."""
+class RunServices:
+    """What a search runs with, built by the run assembly: scored calls go through the evaluator and are
+    charged to the budget; the meter keeps the cost ledger; the store (None: no log_dir) keeps checkpoints;
+    the schedule records each step; the progress bar shows every scored call."""
 
-    minibatch_size: int = 3
-    skip_perfect_score: bool = True
-    perfect_score: float = 1.0
-    seed: int = 0
-    history_size: int = 8
-    use_merge: bool = False
-    max_merge_invocations: int | None = 5   # None: no limit
-    merge_cadence: int = 1
-    merge_cap_counts: str = "accepted"       # what max_merge_invocations counts (merge.proposer.MERGE_CAP_COUNTS)
-    merge_parent_copies: str = "measure"     # merge.proposer.PARENT_COPY_POLICIES (read by the MergeProposer)
-    max_concurrent_proposals: int = 1
-    fold_order: str = "start"                # k > 1: "start" (reproducible) or "completion" (see _run_concurrent)
-    max_idle_iterations: int = 20
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    evaluator: Evaluator
+    budget: Budget
+    meter: UsageMeter
+    store: CheckpointStore | None
+    schedule: Schedule
+    progress: SearchProgress
 
 
 class SearchEngine:
-    def __init__(self, *, settings: SearchSettings, seed_library: Library, train: Sequence[Row],
-                 val: Sequence[Row], evaluator: Evaluator, reflector: Reflector, selector: CandidateSelector,
-                 sampler: BatchSampler, budget: Budget, meter: UsageMeter, store: CheckpointStore | None,
-                 fingerprint: str, merger: MergeProposer | None = None, progress: bool = True,
-                 observers: Sequence[Callable[["SearchEngine", ProposalRecord], None]] = ()):
-        self.s = settings
+    """The search loop (see the module docstring). `run()` runs it to its stop; `state_dict()` is the committed
+    state, which `load_state_dict` restores on resume."""
+
+    def __init__(self, *, settings: SearchSettings, merge: MergeSettings, seed_library: Library,
+                 train: Sequence[Row], val: Sequence[Row], services: RunServices, reflector: Reflector,
+                 sampler: BatchSampler, observers: Sequence[Callable[["SearchEngine", ProposalRecord], None]] = ()):
+        self.s, self.merge = settings, merge
         self.seed_library = seed_library
         self.train, self.val = list(train), list(val)
-        self.evaluator, self.reflector, self.selector, self.sampler = evaluator, reflector, selector, sampler
-        self.budget, self.meter, self.store = budget, meter, store
-        self.fingerprint = fingerprint
-        self.merger = merger
-        self.progress = progress
+        self.evaluator, self.budget, self.meter = services.evaluator, services.budget, services.meter
+        self.store, self.schedule, self.progress = services.store, services.schedule, services.progress
+        self.reflector, self.sampler = reflector, sampler
+        self.selector = make_selector(settings.candidate_selection)
+        self.merger = merge.proposer()
         self.archive = Archive(tuple(r.id for r in val))
         self.rng = random.Random(settings.seed)
         self.iteration = 0
         self.proposals: list[ProposalRecord] = []
         self.merge_state = MergeState()
         self.committed: set[int] = set()   # iterations whose results are folded into the state
-        self.lost_calls = 0                # scored calls of iterations an interruption discarded
-        self.idle_iterations = 0           # consecutive iterations that spent no budget
-        self.schedule = Schedule()
+        self.lost_calls = 0                # scored calls an interruption cut off whose results went unused
         self.stop_reason = ""
-        self._in_flight: InFlight | None = None   # set while concurrent proposals run
         self.observers = list(observers)          # called with (engine, record) after each recorded proposal
+        self._window: Window | None = None        # set while the loop runs
         self._usage_by_iteration: dict[int, dict[str, dict[str, float]]] = {}   # each proposal's own ledger
-        self._release: Release | None = None      # set while ordered concurrent proposals run
-        self._committed_spent: int | None = None  # ordered concurrency: scored calls of folded work only
         self._pending_spend = 0                   # scored calls of the proposal being folded
         self._val_by_id = {r.id: r for r in self.val}
-        evaluator.schedule = reflector.schedule = self.schedule
-        self._bar: Any = None                     # the progress bar while the loop runs
         self._seed_done: dict[str, RowResult] = {}
-        evaluator.on_new_result = self._on_row
 
-    def _on_row(self, tag: int, key: str, result: RowResult) -> None:
-        """Each scored call as it completes: logged at once (a kill mid-batch hides nothing), shown on the bar."""
-        if self.store is not None:
-            self.store.append_eval(tag, key, result)
-        bar = self._bar
-        if bar is not None:     # past the total: the last iteration's overshoot, shown as it happens
-            bar.update(1)
-
-    # -- the loop ----------------------------------------------------------------------------------
+    # -- the loop ----------------------------------------------------------------------------------------
     def run(self) -> Archive:
-        bar = tqdm(total=self.budget.max_calls, desc="Adaptive-GEPA", unit="call", disable=not self.progress,
-                   initial=self.budget.spent)
-        self._bar = bar
+        self.progress.open(total=self.budget.max_calls, initial=self.budget.spent)
         try:
             if not len(self.archive):
-                bar.set_postfix_str("validating the seed")
                 self._validate_seed()
-                bar.n = self.budget.spent
-                bar.set_postfix_str("")
-                bar.refresh()
-            if self.s.max_concurrent_proposals <= 1:
-                self._run_sequential(bar)
-            else:
-                self._run_concurrent(bar)
+            self._loop()
         finally:
-            self._bar = None
-            bar.close()
+            self.progress.close()
+        self.lost_calls += self.evaluator.replay.expire()   # pending calls no redone work asked for
         self._checkpoint()   # the saved state also says why the run stopped
         return self.archive
 
-    def _spent(self) -> int:
-        """Scored calls so far: the budget's count, or with ordered concurrency the calls of folded work only
-        (in-flight charges depend on timing; what folded does not)."""
-        return self.budget.spent if self._committed_spent is None else self._committed_spent
+    def _loop(self) -> None:
+        """The one loop: keep up to k proposals in flight (k = 1: one at a time, in this thread), start a due
+        merge when there is room, fold proposals in the window's order, stop when the budget says so."""
+        # (calls an interruption cut off are charged but belong to no folded work until they are replayed)
+        folded = (self.budget.spent - len(self.evaluator.replay)
+                  if self.s.fold_order == "start" and not self.evaluator.reuse_scores else None)
+        window = self._window = Window(self.s.max_concurrent_proposals, self.s.fold_order, self.selector,
+                                       self.archive, folded)
+        interrupted = True
+        try:
+            while True:
+                while window.has_room() and self._may_start(window):
+                    self.iteration += 1
+                    record = self.merge_step() if self.merge.due(self.merge_state) else None
+                    if record is not None:
+                        self._finish(record)
+                        continue
+                    window.submit(self._run_job, self._start_job())
+                if not len(window):
+                    break
+                for out in window.done():
+                    self._finish(self._fold(out))
+            interrupted = False
+        finally:
+            window.close(interrupted)
+            self._window = None
 
-    def _should_continue(self) -> bool:
-        if self._spent() >= self.budget.max_calls:   # (with ordered concurrency: folded work only)
-            self.stop_reason = "budget exhausted"
-            return False
-        reason = self.budget.cost_stop_reason()
+    def _may_start(self, window: Window) -> bool:
+        reason = self.budget.stop_reason(window.spent(self.budget.spent))
         if reason is not None:
             self.stop_reason = reason
-            return False
-        if self.idle_iterations >= self.s.max_idle_iterations:
-            self.stop_reason = (f"stalled: {self.idle_iterations} iterations in a row spent no budget (parents "
-                                "perfect on their cached minibatches, or every reflection rejected)")
-            return False
-        return True
+        return reason is None
 
-    def _run_sequential(self, bar) -> None:
-        while self._should_continue():
-            self.iteration += 1
-            record = self._metered_merge_step() if self._merge_due() else None
-            if record is None:
-                record = self._fold(self._run_job(self._start_job()))
-            self._finish(record, bar)
-
-    def _run_concurrent(self, bar) -> None:
-        if self.s.fold_order == "start":
-            self._run_concurrent_ordered(bar)
-        else:
-            self._run_concurrent_as_completed(bar)
-
-    def _run_concurrent_ordered(self, bar) -> None:
-        """Reproducible concurrency (fold_order="start"): up to k reflective proposals in flight, folded in the
-        order they started. Every decision is taken at a point fixed by the seed, not by thread timing: a
-        proposal starts (and a due merge runs) only when the oldest one folds, from the archive, RNG and
-        folded budget at that point; a running proposal decides whether it is stale only before its
-        validation, after every proposal started before it has folded. With an LM whose answers depend only
-        on the prompt and the paper's accounting (reuse_scores=False), a seeded run ends the same at any k."""
-        k = self.s.max_concurrent_proposals
-        in_flight = self._in_flight = InFlight(self.selector, k, self.archive)
-        release = self._release = Release()
-        self._committed_spent = self.budget.spent if not self.evaluator.reuse_scores else None
-        window: deque[tuple[Future, Job]] = deque()
-        try:
-            with ThreadPoolExecutor(max_workers=k, thread_name_prefix="adaptive-proposal") as pool:
-                while True:
-                    while len(window) < k and self._should_continue():
-                        self.iteration += 1
-                        record = self.merge_step() if self._merge_due() else None
-                        if record is not None:
-                            self._finish(record, bar)
-                            continue
-                        job = self._start_job()
-                        future = pool.submit(contextvars.copy_context().run, self._run_job, job, in_flight)
-                        in_flight.add(future, job)
-                        window.append((future, job))
-                    if not window:
-                        break
-                    future, job = window.popleft()
-                    release.upto(job.iteration)          # it may now decide on staleness, then validate
-                    out = future.result()
-                    in_flight.discard(future)
-                    self._finish(self._fold(out), bar)
-        finally:
-            release.upto(None)
-            self._in_flight = self._release = None
-            if self._committed_spent is not None:
-                self._committed_spent = None
-
-    def _run_concurrent_as_completed(self, bar) -> None:
-        """Up to k live reflective proposals in flight, each with its own parent snapshot and minibatch,
-        sharing the evaluation threads; results fold into the archive as they complete (fold_order=
-        "completion": sooner, but a run depends on thread timing). A proposal whose parent a fold just
-        pushed out is doomed: it stops at its next step and no longer holds one of the k places, so a
-        replacement from the new front starts at once (see `InFlight`)."""
-        k = self.s.max_concurrent_proposals
-        in_flight = self._in_flight = InFlight(self.selector, k, self.archive)
-        try:
-            with ThreadPoolExecutor(max_workers=2 * k, thread_name_prefix="adaptive-proposal") as pool:
-                while len(in_flight) or self._should_continue():
-                    while in_flight.has_room() and self._should_continue():
-                        self.iteration += 1
-                        record = self._metered_merge_step() if self._merge_due() else None
-                        if record is not None:
-                            self._finish(record, bar)
-                            continue
-                        job = self._start_job()
-                        in_flight.add(pool.submit(contextvars.copy_context().run, self._run_job, job, in_flight), job)
-                    if not len(in_flight):
-                        break
-                    for future in in_flight.wait():
-                        self._finish(self._fold(future.result()), bar)
-        finally:
-            self._in_flight = None
-
-    def _metered_merge_step(self) -> ProposalRecord | None:
-        with self.meter.child() as sub:
-            record = self.merge_step()
-        return None if record is None else replace(record, usage=sub.snapshot())
-
-    def _finish(self, record: ProposalRecord, bar) -> None:
+    def _finish(self, record: ProposalRecord) -> None:
+        """Fold a finished proposal or merge into the run: its usage, the idle rule, the log, a checkpoint."""
         usage = self._usage_by_iteration.pop(record.iteration, None)
         if usage is not None and not record.usage:
             record = replace(record, usage=usage)
-        if self._committed_spent is not None:
-            self._committed_spent = record.budget_at
+        lost = self.evaluator.replay.expire(upto=record.iteration)    # cut-off calls no redone work asked for
+        self.lost_calls += lost
+        if self._window is not None:
+            self._window.folded(record.budget_at, lost)
         spent_before = self.proposals[-1].budget_at if self.proposals else self._seed_spent()
-        self.idle_iterations = 0 if record.budget_at > spent_before else self.idle_iterations + 1
+        self.budget.iteration_finished(spent_before, record.budget_at)
         self.proposals.append(record)
         self.committed.add(record.iteration)
         if record.accepted and record.kind == "reflect":
             self.merge_state = self.merge_state.accepted_reflection()
         self._checkpoint()
-        bar.n = self.budget.spent
-        bar.set_postfix(best=f"{self.archive[self.archive.best_index()].val_mean:.3f}", archive=len(self.archive),
-                        cost=f"${self.meter.total_cost():.4f}")
-        bar.refresh()
+        self.progress.show(self.budget.spent, best=self.archive[self.archive.best_index()].val_mean,
+                           archive=len(self.archive), cost=self.meter.total_cost())
         for observe in self.observers:
             observe(self, record)
 
     def _seed_spent(self) -> int:
         return self.archive[0].discovered_at if len(self.archive) else 0
 
-    def restore_seed_rows(self, results: Sequence[RowResult]) -> None:
-        """Seed-validation rows an interrupted run already scored (and paid for): they are charged again to this
-        run's budget as spent, kept, and not run again."""
-        wanted = {r.id for r in self.val}
-        self._seed_done = {res.row_id: res for res in results if res.row_id in wanted}
-        if self._seed_done:
-            self.budget.charge("seed_validation", len(self._seed_done))
-            for res in self._seed_done.values():
-                self.evaluator.cache[(self.seed_library.content_hash, res.row_id)] = res
-                self.evaluator.note_fault(res)
-
     def _validate_seed(self) -> None:
-        """Score the seed on the whole validation set. Each row is logged as it completes, so an interrupted
-        seed validation resumes with the rows it has (see `restore_seed_rows`)."""
-        done = self._seed_done
-        todo = [r for r in self.val if r.id not in done]
-        fresh = {res.row_id: res for res in self.evaluator.evaluate(self.seed_library, todo, "seed_validation",
-                                                                    tag=0)} if todo else {}
-        results = tuple(done.get(r.id) or fresh[r.id] for r in self.val)
+        """Score the seed on the whole validation set (each row is logged as it completes: an interrupted seed
+        validation resumes with the rows it has, replayed, not run again)."""
+        self.progress.note("validating the seed")
+        results = self.evaluator.evaluate(self.seed_library, self.val, "seed_validation", tag=0)
         self.archive.add(self.seed_library, (), "seed", results, self.budget.spent, 0)
         self.committed.add(0)
+        self.lost_calls += self.evaluator.replay.expire(upto=0)
         self._checkpoint()
+        self.progress.note("")
 
-    # -- one reflective proposal: start (main thread) -> run (any thread) -> fold (main thread) ----------
+    # -- one reflective proposal: start (loop) -> run (its thread) -> fold (loop) ------------------------
     def _start_job(self) -> Job:
         parent = self.archive[self.selector.select(self.archive, self.rng)]                       # select
         idx = sample_minibatch(self.sampler, [r.example for r in self.train], self.s.minibatch_size, self.rng)
@@ -292,44 +180,29 @@ class SearchEngine:
         return Job(self.iteration, parent, tuple(self.train[i] for i in idx),
                    recent_history(self.proposals, lineage, self.s.history_size), archive_size=len(self.archive))
 
-    def _run_job(self, job: Job, in_flight: InFlight | None = None) -> JobOutcome:
-        """Run one proposal to its end under its own cost ledger (see `_run_job_steps`)."""
+    def _run_job(self, job: Job, window: Window) -> JobOutcome:
+        """Run one proposal to its end under its own cost ledger, stopping early when the window says so."""
         with self.meter.child() as sub:
             try:
-                return self._run_job_steps(job, in_flight)
+                return self._run_job_steps(job, window)
             finally:
                 self._usage_by_iteration[job.iteration] = sub.snapshot()
 
-    def _run_job_steps(self, job: Job, in_flight: InFlight | None = None) -> JobOutcome:
-        """Run one proposal to its end. With concurrent proposals (`in_flight`), a job whose parent was
-        pushed out stops before its next step instead of spending budget on it."""
-        release = self._release
-
-        def stopped(step: str, committing: bool = False) -> str | None:
-            if in_flight is None:
-                return None
-            if release is not None:                  # ordered: decide only once every earlier proposal folded
-                if not committing:
-                    return None
-                release.wait_for(job.iteration)
-            if in_flight.stale(job, committing=committing):
-                return in_flight.stale_reason(job, step)
-            return None
-
+    def _run_job_steps(self, job: Job, window: Window) -> JobOutcome:
         parent_results = self.evaluator.evaluate(job.parent.library, job.rows, "parent_minibatch", tag=job.iteration)
         if self.s.skip_perfect_score and gate.is_perfect(parent_results, self.s.perfect_score):
             return JobOutcome(job, parent_results, None, None, None)
-        if why := stopped("before reflection"):
+        if why := window.stop_reason(job, "before reflection"):
             return JobOutcome(job, parent_results, None, None, None, stopped=why)
         edit = self.reflector.propose(job.parent.library, job.rows, parent_results, job.history)        # reflect
         if edit.rejected:
             return JobOutcome(job, parent_results, edit, None, None)
-        if why := stopped("before its child minibatch"):
+        if why := window.stop_reason(job, "before its child minibatch"):
             return JobOutcome(job, parent_results, edit, None, None, stopped=why)
         child_results = self.evaluator.evaluate(edit.child, job.rows, "child_minibatch", tag=job.iteration)  # gate
         if not gate.minibatch_gate(parent_results, child_results):
             return JobOutcome(job, parent_results, edit, child_results, None)
-        if why := stopped("before validation", committing=True):
+        if why := window.stop_reason(job, "before validation", committing=True):
             return JobOutcome(job, parent_results, edit, child_results, None, stopped=why)
         val_results = self.evaluator.evaluate(edit.child, self.val, "validation", tag=job.iteration)    # validate
         return JobOutcome(job, parent_results, edit, child_results, val_results)
@@ -363,8 +236,8 @@ class SearchEngine:
     def add_to_archive(self, library: Library, parents: tuple[int, ...], origin: str,
                        results: Sequence[RowResult], iteration: int) -> Candidate:
         cand = self.archive.add(library, parents, origin, results, self._spent_at(), iteration)
-        if self._in_flight is not None:
-            self._in_flight.archive_changed(self.archive)
+        if self._window is not None:
+            self._window.archive_changed(self.archive)
         return cand
 
     def _output_names(self) -> tuple[str, ...]:
@@ -377,13 +250,14 @@ class SearchEngine:
         return ()
 
     # -- merges: the proposer proposes; the engine validates, archives and records ------------------------
-    def _merge_due(self) -> bool:
-        return (self.s.use_merge and self.merger is not None
-                and self.merge_state.due(self.s.max_merge_invocations, self.s.merge_cadence,
-                                         self.s.merge_cap_counts))
-
     def merge_step(self) -> ProposalRecord | None:
-        """One merge at the current iteration, or None (nothing spent) when no eligible pair exists."""
+        """One merge at the current iteration under its own cost ledger, or None (nothing spent) when no
+        eligible pair exists."""
+        with self.meter.child() as sub:
+            record = self._merge()
+        return None if record is None else replace(record, usage=sub.snapshot())
+
+    def _merge(self) -> ProposalRecord | None:
         proposal = self.merger.propose(self.archive, self.merge_state, self.rng, self._merge_check)  # pair..gate
         if proposal is None:
             return None
@@ -424,25 +298,37 @@ class SearchEngine:
                               budget_at=self._spent_at(), **fields)
 
     def _spent_at(self) -> int:
-        """The budget count to record for the work being folded: with ordered concurrency, the folded count
-        plus this proposal's own scored calls (so records do not depend on what else was in flight)."""
-        if self._committed_spent is None:
+        """The budget count to record for the work being folded: when the window counts folded work only, the
+        folded count plus this proposal's own scored calls (so records do not depend on what else was in
+        flight); otherwise every call charged so far."""
+        window = self._window
+        if window is None or window.folded_spent is None:
             return self.budget.spent
-        return self._committed_spent + self._pending_spend
+        return window.folded_spent + self._pending_spend
 
     def state_dict(self) -> dict[str, Any]:
         """The committed search state, as `state.json` holds it (and `AdaptiveGEPAResult.from_state` reads it)."""
         return {
-            "version": STATE_VERSION, "fingerprint": self.fingerprint, "iteration": self.iteration,
+            "iteration": self.iteration,
             "archive": self.archive.to_list(), "budget": self.budget.report().by_kind,
             "rng": _rng_to_json(self.rng.getstate()), "proposals": [p.to_dict() for p in self.proposals],
             "merge_state": self.merge_state.to_dict(), "usage": self.meter.snapshot(),
             "committed": sorted(self.committed), "lost_calls": self.lost_calls,
-            "idle_iterations": self.idle_iterations,
+            "idle_iterations": self.budget.idle_iterations,
             "val_ids": [r.id for r in self.val], "max_calls": self.budget.max_calls, "seed": self.s.seed,
             "stop_reason": self.stop_reason, "reproducibility": self.reproducibility(),
             "schedule": self.schedule.to_list(),
         }
+
+    def resume_summary(self, log_dir: Any, pending: int) -> str:
+        """What a resumed run says it resumes (after `load_state_dict`): where, and how much was kept."""
+        if not len(self.archive):
+            return (f"Resuming the seed validation in {log_dir}: {pending} of {len(self.val)} rows were scored "
+                    "before the interruption.")
+        best = self.archive[self.archive.best_index()].val_mean
+        return (f"Resuming {log_dir}: iteration {self.iteration}, {self.budget.spent} of {self.budget.max_calls} "
+                f"scored calls spent ({pending} by interrupted work, kept), {len(self.archive)} candidates (best "
+                f"validation mean {best:.3f}).")
 
     def reproducibility(self) -> str:
         """Whether the seed fixes this run (given an LM whose answers depend only on the prompt), and why."""
@@ -456,37 +342,19 @@ class SearchEngine:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = state["iteration"]
         self.archive = Archive(tuple(r.id for r in self.val), [Candidate.from_dict(c) for c in state["archive"]])
-        self.budget.restore(state["budget"])
+        self.budget.restore(state["budget"], state.get("idle_iterations", 0))
         self.rng.setstate(_rng_from_json(state["rng"]))
         self.proposals = [ProposalRecord.from_dict(p) for p in state["proposals"]]
         self.merge_state = MergeState.from_dict(state["merge_state"])
         self.committed = set(state["committed"])
         self.lost_calls = state.get("lost_calls", 0)
-        self.idle_iterations = state.get("idle_iterations", 0)
+        if state.get("seed") is not None and state["seed"] != self.s.seed:   # seed=None: the run's own seed
+            self.s = replace(self.s, seed=state["seed"])
         self.schedule.restore(state.get("schedule") or [])
 
     def _checkpoint(self) -> None:
         if self.store is not None:
             self.store.commit(self.state_dict())
-
-
-class Release:
-    """Ordered concurrency: the main loop releases proposals in start order; a proposal waits for its turn
-    before the one decision that depends on the archive as folded so far (staleness before validation)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._upto: float = -1
-
-    def upto(self, iteration: int | None) -> None:
-        """Proposals with iteration <= `iteration` may go on (None: all, when the loop ends)."""
-        with self._cond:
-            self._upto = float("inf") if iteration is None else max(self._upto, iteration)
-            self._cond.notify_all()
-
-    def wait_for(self, iteration: int) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._upto >= iteration)
 
 
 def _rng_to_json(state: tuple) -> list:

@@ -11,6 +11,10 @@ is the explicit alternative: results are then reused by (candidate content hash,
 unchanged candidate is never re-run or re-charged for a row it already has.
 
 Either way `cache` keeps the latest result per (content hash, row id), for the run record and resume.
+
+A resumed run passes the calls its interruption cut off as a `Replay`: a call asked for again -- the same
+work unit (tag), candidate and row -- takes the logged result instead of running (it was charged when the run
+resumed, and is not logged twice).
 Rows run on a thread pool; results come back in row order, so a deterministic LM gives the same
 results for any `num_threads`.
 
@@ -35,7 +39,11 @@ from dspy_adaptive.program.routed import RoutedProgram
 from dspy_adaptive.program.scoring import score_example
 from dspy_adaptive.schema import BudgetKind, RowResult
 from dspy_adaptive.search.budget import Budget
+from dspy_adaptive.search.checkpoint import Replay
 from dspy_adaptive.search.executor import RowExecutor, ThreadExecutor
+
+#: Called with each scored call as it completes: (tag, candidate content hash, budget kind, result).
+OnScored = Callable[[int, str, str, RowResult], None]
 
 
 class Evaluator:
@@ -45,28 +53,33 @@ class Evaluator:
         reuse_scores: reuse a result already measured for the same (content hash, row id) instead of
             executing and charging the row again (default False: the paper's accounting, every scoring
             invocation executed and charged).
+        on_scored: sees every scored call as it completes (the checkpoint log, the progress bar).
+        schedule: a `Schedule` recording each evaluation step (perf analysis), or None.
+        replay: the calls an interrupted run made and the resumed run may ask for again (see the module
+            docstring), or None.
+        executor: where rows run (default: a thread pool of `num_threads`).
     """
 
     def __init__(self, base: RoutedProgram, metric: Callable, budget: Budget, *, num_threads: int = 1,
-                 failure_score: float = 0.0, cache: dict[tuple[str, str], RowResult] | None = None,
-                 on_new_result: Callable[[int, str, RowResult], None] | None = None, keep_outputs: bool = False,
-                 format_failure_feedback: bool = False, reuse_scores: bool = False,
-                 executor: RowExecutor | None = None):
+                 failure_score: float = 0.0, keep_outputs: bool = False, format_failure_feedback: bool = False,
+                 reuse_scores: bool = False, on_scored: OnScored | None = None, schedule: Any = None,
+                 replay: Replay | None = None, executor: RowExecutor | None = None):
         self.base = base
         self.keep_outputs = keep_outputs                          # whole outputs (track_best_outputs)
         self.format_failure_feedback = format_failure_feedback    # add_format_failure_as_feedback
         self.metric = metric
         self.budget = budget
         self.failure_score = failure_score
-        self.cache = cache if cache is not None else {}
-        self.on_new_result = on_new_result
+        self.cache: dict[tuple[str, str], RowResult] = {}
+        self.on_scored = on_scored
+        self.schedule = schedule
+        self.replay = replay if replay is not None else Replay()
         self.reuse_scores = reuse_scores
         self.faulty: list[RowResult] = []   # every scored call that failed, or whose metric or router misbehaved
         self.num_threads = max(1, num_threads)
         self.executor: RowExecutor = executor or ThreadExecutor(self.base.with_library, self.score_row,
                                                                 self.num_threads)
         self._lock = threading.Lock()
-        self.schedule = None  # a search.schedule.Schedule, when the caller wants the step record
 
     def close(self, wait: bool = True) -> None:
         """Stop the executor. `wait=False` (an interrupted search): rows not started yet are cancelled and
@@ -99,22 +112,29 @@ class Evaluator:
 
     def _execute(self, library: Library, key: str, todo: list[Row], kind: BudgetKind,
                  tag: int) -> tuple[RowResult, ...]:
-        """Run and charge every row of `todo` (in order); remember each result as the latest for its key."""
-        if todo:
+        """Run and charge every row of `todo` (in order) -- a row an interrupted run already scored for this
+        tag is taken from the replay instead -- and remember each result as the latest for its key."""
+        if not todo:
+            return ()
+        replayed = {r.id: res for r in todo if (res := self.replay.take(tag, key, r.id)) is not None}
+        run = [r for r in todo if r.id not in replayed]
+        fresh: list[RowResult] = []
+        if run:
             t0 = time.perf_counter()
-            log = None if self.on_new_result is None else (lambda res: self.on_new_result(tag, key, res))
-            fresh = self.executor.run(library, todo, log)
+            log = None if self.on_scored is None else (lambda res: self.on_scored(tag, key, kind, res))
+            fresh = self.executor.run(library, run, log)
             if self.schedule is not None:
                 depth = max(sum(1 for s in r.steps) for r in fresh)
                 self.schedule.record(kind, len(fresh), depth, t0, time.perf_counter())
             self.budget.charge(kind, len(fresh))
-            with self._lock:
-                for res in fresh:
-                    self.cache[(key, res.row_id)] = res
-            for res in fresh:
-                self.note_fault(res)
-            return tuple(fresh)
-        return ()
+        ran = iter(fresh)
+        results = tuple(replayed[r.id] if r.id in replayed else next(ran) for r in todo)
+        with self._lock:
+            for res in results:
+                self.cache[(key, res.row_id)] = res
+        for res in fresh:
+            self.note_fault(res)      # (replayed results were noted when the run resumed)
+        return results
 
     def note_fault(self, res: RowResult) -> None:
         """Keep a scored call the run record's fault summary counts (each call, re-measurements included)."""

@@ -23,6 +23,8 @@ from typing import Any, Callable, Sequence
 
 from dspy_adaptive.data import InputError, Row
 from dspy_adaptive.program.library import Library
+from dspy_adaptive.program.route_memo import RouteMemo
+from dspy_adaptive.program.routed import render_specialists
 from dspy_adaptive.schema import RowResult
 from dspy_adaptive.search.executor import OnResult
 
@@ -46,22 +48,20 @@ class RowActor:
         dspy.configure(**{k: v for k, v in settings.items() if v is not None})
         self.base, self.score_row = build()
         self.meter_cls = UsageMeter
-        sandbox = getattr(self.base, "_sandbox", None)
-        if sandbox is not None and hasattr(sandbox, "prestart"):
-            sandbox.prestart()            # the warm zygote starts with the actor, not on its first row
+        self.base.sandbox.prestart()      # the warm zygote starts with the actor, not on its first row
 
     def run(self, library: dict[str, Any], rows: list[Row],
             memo: dict[tuple, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any], dict[tuple, Any]]:
         """(row results, LM usage, router decisions made here that `memo` did not have)."""
         program = self.base.with_library(Library.from_dict(library))
-        shared = self.base._route_memo
+        shared = self.base.route_memo
         if shared is not None and memo:
             shared.update(memo)
-        before = set(shared) if shared is not None else set()
+        before = set(shared.snapshot()) if shared is not None else set()
         meter = self.meter_cls()
         with meter.active():
             results = [self.score_row(program, r).to_dict() for r in rows]
-        new = {k: v for k, v in shared.items() if k not in before} if shared is not None else {}
+        new = {k: v for k, v in shared.snapshot().items() if k not in before} if shared is not None else {}
         return results, meter.snapshot(), new
 
     def pid(self) -> int:
@@ -88,7 +88,7 @@ class RayExecutor:
     def __init__(self, build: Callable[[], Any], *, num_actors: int = 2, address: str | None = None,
                  settings: dict[str, Any] | None = None, failure_score: float = 0.0, max_retries: int = 2,
                  on_usage: Callable[[dict[str, Any]], None] | None = None, num_cpus: int | None = None,
-                 route_memo: Callable[[], dict | None] | None = None):
+                 route_memo: Callable[[], RouteMemo | None] | None = None):
         self.ray = require_ray()
         if not self.ray.is_initialized():
             self.ray.init(address=address, num_cpus=num_cpus if address is None else None,
@@ -147,13 +147,11 @@ class RayExecutor:
         return [res for i in sorted(done) for res in done[i]]
 
     @staticmethod
-    def _memo_for(library: Library, memo: dict | None) -> dict:
+    def _memo_for(library: Library, memo: RouteMemo | None) -> dict:
         """The memo's decisions for this library's router and descriptions (what its rows can hit)."""
         if not memo:
             return {}
-        from dspy_adaptive.program.routed import render_specialists
-        head = (library.router, render_specialists(library))
-        return {k: v for k, v in memo.items() if k[:2] == head}
+        return memo.for_router(library.router, render_specialists(library))
 
     def _failed(self, row: Row, error: Exception) -> RowResult:
         reason = f"the executor could not run this row: {type(error).__name__}"

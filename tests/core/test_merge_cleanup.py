@@ -10,13 +10,27 @@ from dspy_adaptive import Library, RoutedProgram, Slot
 from dspy_adaptive.data import make_rows
 from dspy_adaptive.lm.usage import UsageMeter
 from dspy_adaptive.merge.proposer import MergeProposer, MergeState
+from dspy_adaptive.merge.settings import MergeSettings
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.search.budget import Budget
-from dspy_adaptive.search.engine import SearchEngine, SearchSettings
+from dspy_adaptive.search.engine import RunServices, SearchEngine
 from dspy_adaptive.search.evaluate import Evaluator
+from dspy_adaptive.search.progress import SearchProgress
 from dspy_adaptive.search.sampling import uniform_sampler
-from dspy_adaptive.search.select import ParetoSelector
+from dspy_adaptive.search.schedule import Schedule
+from dspy_adaptive.search.settings import SearchSettings
 from tests.core import toy
+
+
+def _engine(base, lm, val, merge: MergeSettings) -> tuple[SearchEngine, Evaluator, Budget]:
+    """A search engine over `val` (as both sets) with `merge`, no store, no progress bar."""
+    budget = Budget(10_000)
+    evaluator = Evaluator(base, toy.metric, budget)
+    services = RunServices(evaluator, budget, UsageMeter(), None, Schedule(), SearchProgress(False))
+    engine = SearchEngine(settings=SearchSettings(), merge=merge, seed_library=Library.empty(3), train=val, val=val,
+                          services=services, sampler=uniform_sampler,
+                          reflector=Reflector(lm, input_names=("question",), output_names=("answer",)))
+    return engine, evaluator, budget
 
 USELESS = "Poetry: requests for poems."   # the scripted router never picks this one
 
@@ -25,13 +39,7 @@ def test_merge_reslots_cleans_up_and_keeps_measured_scores():
     lm = toy.scripted_lm(toy.router3_respond)
     val = make_rows(toy.make_examples3(3, offset=100), "valset")
     base = RoutedProgram(dspy.Predict("question -> answer"), Library.empty(3), fast_lm=lm, deep_lm=lm)
-    budget = Budget(10_000)
-    evaluator = Evaluator(base, toy.metric, budget)
-    engine = SearchEngine(settings=SearchSettings(use_merge=True), seed_library=Library.empty(3),
-                          train=val, val=val, evaluator=evaluator,
-                          reflector=Reflector(lm, input_names=("question",), output_names=("answer",)),
-                          selector=ParetoSelector(), sampler=uniform_sampler, budget=budget, meter=UsageMeter(),
-                          store=None, fingerprint="test", merger=MergeProposer())
+    engine, evaluator, budget = _engine(base, lm, val, MergeSettings())
     seed = Library.empty(3)
     a = (seed.with_slot(1, Slot().activated(toy.ARITH_DESCRIPTION, toy.ADD_SOURCE, "fast"))
              .with_slot(3, Slot().activated(USELESS, toy.WRONG_SOURCE, "deep")))
@@ -102,13 +110,7 @@ def _copy_engine(parent_copies: str, monkeypatch):
     lm = toy.scripted_lm(toy.router3_respond)
     val = make_rows(toy.make_examples3(3, offset=100), "valset")
     base = RoutedProgram(dspy.Predict("question -> answer"), Library.empty(3), fast_lm=lm, deep_lm=lm)
-    budget = Budget(10_000)
-    evaluator = Evaluator(base, toy.metric, budget)
-    engine = SearchEngine(settings=SearchSettings(use_merge=True, merge_parent_copies=parent_copies),
-                          seed_library=Library.empty(3), train=val, val=val, evaluator=evaluator,
-                          reflector=Reflector(lm, input_names=("question",), output_names=("answer",)),
-                          selector=ParetoSelector(), sampler=uniform_sampler, budget=budget, meter=UsageMeter(),
-                          store=None, fingerprint="test", merger=MergeProposer(parent_copies=parent_copies))
+    engine, evaluator, budget = _engine(base, lm, val, MergeSettings(parent_copies=parent_copies))
     seed = Library.empty(3)
     a = seed.with_slot(1, Slot().activated(toy.ARITH_DESCRIPTION, toy.ADD_SOURCE, "fast"))
     b = a.with_slot(2, Slot().activated(toy.REV_DESCRIPTION, toy.REV_SOURCE, "fast"))

@@ -8,6 +8,7 @@ import dspy
 import pytest
 
 from dspy_adaptive import AdaptiveGEPA, route_of
+from dspy_adaptive.search.checkpoint import ResumeMismatchError
 from tests.core import toy
 
 
@@ -236,16 +237,21 @@ def test_interrupted_run_resumes_to_the_same_archive(data, tmp_path):
                                                                      valset=val).detailed_results
     assert _archive_fingerprint(resumed) == _archive_fingerprint(full)
     assert resumed.budget["by_kind"]["seed_validation"] == len(val)   # the seed was not re-charged
-    assert resumed.budget["lost_to_interruptions"] >= 1              # the crashed iteration's calls are reported
+    # the crashed iteration's scored calls were kept: its redo took them from the log instead of running
+    # them again, so nothing was lost and every scored call was logged (and charged) exactly once
+    assert resumed.budget["lost_to_interruptions"] == 0
+    logged = (tmp_path / "resumed" / "evals.jsonl").read_text().splitlines()
+    assert len(logged) == resumed.budget["spent"] == full.budget["spent"]
 
 
 def test_resume_refuses_a_different_configuration(data, tmp_path):
     train, val = data
     optimizer(toy.reflection_lm(), max_metric_calls=30, log_dir=str(tmp_path)).compile(
         dspy.Predict("question -> answer"), trainset=train, valset=val)
-    with pytest.raises(ValueError, match="different configuration"):
+    with pytest.raises(ResumeMismatchError, match="holds another search") as e:
         optimizer(toy.reflection_lm(), max_metric_calls=30, log_dir=str(tmp_path), seed=99).compile(
             dspy.Predict("question -> answer"), trainset=train, valset=val)
+    assert "search.seed: was 3, now 99" in str(e.value) and "new log_dir" in str(e.value)   # what and what to do
 
 
 def test_run_record_files(data, tmp_path):
@@ -267,7 +273,7 @@ def test_resume_refuses_a_state_of_another_version(data, tmp_path):
         dspy.Predict("question -> answer"), trainset=train, valset=val)
     state = json.loads((tmp_path / "state.json").read_text())
     (tmp_path / "state.json").write_text(json.dumps(dict(state, version=99)))
-    with pytest.raises(RuntimeError, match="state version 99, but this dspy_adaptive reads version 1"):
+    with pytest.raises(ResumeMismatchError, match="layout version 99, but this dspy_adaptive reads version 2"):
         optimizer(toy.reflection_lm(), max_metric_calls=30, log_dir=str(tmp_path)).compile(
             dspy.Predict("question -> answer"), trainset=train, valset=val)
 
@@ -319,7 +325,7 @@ def test_an_interrupted_seed_validation_resumes_row_by_row(data, tmp_path):
     assert json.loads((tmp_path / "resumed" / "run.json").read_text())["schedule"]   # the schedule is kept
 
 
-def test_a_different_run_in_the_same_log_dir_does_not_inherit_seed_rows(data, tmp_path):
+def test_a_different_run_in_the_same_log_dir_is_refused_before_it_scores_anything(data, tmp_path):
     train, val = data
     calls = {"n": 0}
 
@@ -332,8 +338,10 @@ def test_a_different_run_in_the_same_log_dir_does_not_inherit_seed_rows(data, tm
     with pytest.raises(KeyboardInterrupt):
         AdaptiveGEPA(metric, reflection_lm=toy.reflection_lm(), max_metric_calls=30, num_threads=1, progress=False,
                      log_dir=str(tmp_path)).compile(dspy.Predict("question -> answer"), trainset=train, valset=val)
-    res = optimizer(toy.reflection_lm(), max_metric_calls=30, log_dir=str(tmp_path), seed=99).compile(
-        dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
-    assert res.budget["by_kind"]["seed_validation"] == len(val)
-    evals = (tmp_path / "evals.jsonl").read_text().splitlines()
-    assert sum(1 for line in evals if json.loads(line)["iter"] == 0) == len(val)
+    before = (tmp_path / "evals.jsonl").read_text()
+    assert len(before.splitlines()) == 3                           # the interrupted run's three scored rows
+    with pytest.raises(ResumeMismatchError) as e:                   # another metric and seed: not mixed in
+        optimizer(toy.reflection_lm(), max_metric_calls=30, log_dir=str(tmp_path), seed=99).compile(
+            dspy.Predict("question -> answer"), trainset=train, valset=val)
+    assert "metric: was" in str(e.value) and "search.seed" in str(e.value)
+    assert (tmp_path / "evals.jsonl").read_text() == before         # nothing of the old run is lost

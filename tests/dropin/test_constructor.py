@@ -118,7 +118,7 @@ def test_auto_gives_dspy_gepa_budget_for_the_same_data(auto, program, with_val):
                                   num_candidates=AUTO_RUN_SETTINGS[auto]["n"],
                                   valset_size=len(val) if with_val else len(train))
     ours = AdaptiveGEPA(toy.metric, auto=auto, reflection_lm=toy.reflection_lm())
-    assert ours._budget_calls(student, len(train), len(val) if with_val else 0) == expected
+    assert ours.config.budget.calls(student, len(train), len(val) if with_val else 0) == expected
 
 
 def test_auto_budget_is_what_a_run_gets(monkeypatch):

@@ -98,6 +98,7 @@ def test_the_cycle_check_finds_a_cycle():
 #: The layers of the package, lowest first: a part may import only parts of lower layers (README "Layout").
 LAYERS = (
     ("schema", "escaping", "data", "_moved"),       # typed records, text made safe, rows: import no other part
+    ("checks",),                                    # the checks every settings group runs on itself
     ("lm",),                                        # LM backends, endpoint pools, the cost ledger
     ("sandbox",),                                   # where specialist code runs
     ("program",),                                   # the candidate and how it runs (library, routed program)

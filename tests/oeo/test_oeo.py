@@ -122,8 +122,72 @@ def test_a_killed_run_resumes_with_the_same_checkpoints_and_budget(tmp_path):
     assert strip(resumed.record) == strip(full.record)
     assert resumed.record["budget"] == full.record["budget"]
     assert [c["val_mean"] for c in resumed.record["checkpoints"]] == [c["val_mean"] for c in full.record["checkpoints"]]
-    with pytest.raises(ValueError, match="holds another run"):
+    with pytest.raises(ValueError, match="holds another OEO run") as e:
         compile_with(GOOD_PLAN, budget=61, log_dir=str(tmp_path / "killed"))
+    assert "max_metric_calls: was 60, now 61" in str(e.value)
+
+
+def test_a_run_killed_inside_an_evaluate_never_exceeds_its_budget_nor_loses_a_call(tmp_path):
+    """Issue 26: killed after 5 of an evaluate's 8 validation rows were scored and logged, then rerun on the same
+    log_dir: the cut-off turn is redone from the log (its 5 rows taken from it, 3 run), so the scored calls made
+    in both sessions stay within the budget, every one is recorded once, and none is lost or charged twice."""
+    train, val = data()
+    calls = {"n": 0, "kill_at": None}
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        calls["n"] += 1
+        if calls["n"] == calls["kill_at"]:
+            raise KeyboardInterrupt("killed inside the evaluate")
+        return toy.metric(gold, pred, trace, pred_name, pred_trace)
+
+    def run(log_dir):
+        opt = OpenEndedOptimizer(metric, optimizer_lm=optimizer_lm(GOOD_PLAN), max_metric_calls=26,
+                                 max_specialists=2, log_dir=str(log_dir), num_threads=1)
+        return opt, opt.compile(dspy.Predict("question -> answer"), trainset=train, valset=val)
+
+    full, routed = run(tmp_path / "full")
+    routed.close()
+    made_in_full = calls["n"]
+    calls.update(n=0, kill_at=4 + 6)            # run_train's 4 rows, then the 6th validation row of the evaluate
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "killed")
+    logged = (tmp_path / "killed" / "evals.jsonl").read_text().splitlines()
+    assert len(logged) == 4 + 5                 # the 5 finished validation rows were logged before the kill
+    calls["kill_at"] = None
+    resumed, routed = run(tmp_path / "killed")
+    routed.close()
+    assert calls["n"] - 1 == made_in_full <= 26          # both sessions together (the killed call ran no result)
+    b = resumed.record["budget"]
+    assert b["spent"] == full.record["budget"]["spent"] == made_in_full and b["lost_to_interruptions"] == 0
+    logged = (tmp_path / "killed" / "evals.jsonl").read_text().splitlines()
+    assert len(logged) == b["spent"]                       # every scored call recorded, once
+    assert [c["val_mean"] for c in resumed.record["checkpoints"]] == [c["val_mean"] for c in full.record["checkpoints"]]
+
+
+def test_calls_of_a_cut_off_turn_that_is_not_redone_are_charged_and_counted_lost(tmp_path):
+    """When the resumed optimizer does something else than the cut-off turn did, that turn's logged calls were
+    still made: they stay charged (the budget never forgets them) and are reported as lost."""
+    train, val = data()
+    kill = {"at": 4 + 3}
+    calls = {"n": 0}
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        calls["n"] += 1
+        if calls["n"] == kill["at"]:
+            raise KeyboardInterrupt
+        return toy.metric(gold, pred, trace, pred_name, pred_trace)
+
+    other = GOOD_PLAN[:2] + [("stop", {})]                  # on resume, turn 3 stops instead of evaluating
+    with pytest.raises(KeyboardInterrupt):
+        OpenEndedOptimizer(metric, optimizer_lm=optimizer_lm(GOOD_PLAN), max_metric_calls=26, max_specialists=2,
+                           log_dir=str(tmp_path), num_threads=1).compile(
+            dspy.Predict("question -> answer"), trainset=train, valset=val)
+    kill["at"] = None
+    opt = OpenEndedOptimizer(metric, optimizer_lm=optimizer_lm(other), max_metric_calls=26, max_specialists=2,
+                             log_dir=str(tmp_path), num_threads=1)
+    opt.compile(dspy.Predict("question -> answer"), trainset=train, valset=val).close()
+    b = opt.record["budget"]
+    assert b["lost_to_interruptions"] == 2 and b["spent"] == 4 + 2 == calls["n"] - 1
 
 
 def test_bad_settings_are_refused():

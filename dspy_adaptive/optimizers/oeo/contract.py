@@ -82,7 +82,12 @@ class Contract:
         self.selected: int | None = None
         self.stopped = False
         self.rng = random.Random(seed)
+        self.turn = 0                 # the turn acting now: its scored calls are logged under it
         self._train_ids = {r.id: r for r in self.train}
+
+    def begin_turn(self, index: int) -> None:
+        """Turn `index` acts next (a resumed run redoing a cut-off turn replays its logged calls)."""
+        self.turn = index
 
     # -- helpers ----------------------------------------------------------------------------------------
     @property
@@ -136,7 +141,7 @@ class Contract:
         if not rows or len(rows) > MAX_ROWS_PER_RUN:
             raise ContractViolation(f"run_train takes 1 to {MAX_ROWS_PER_RUN} rows, got {len(rows)}")
         self._afford(len(rows))
-        results = self.evaluator.evaluate(cp.library, rows, "parent_minibatch", tag=cp.index)
+        results = self.evaluator.evaluate(cp.library, rows, "parent_minibatch", tag=self.turn)
         self.evidence.runs += [(cp.index, r.row_id, r.score) for r in results]
         return render_traces(rows, results)
 
@@ -145,7 +150,7 @@ class Contract:
         cp = self._checkpoint(len(self.checkpoints) - 1 if checkpoint is None else checkpoint)
         self._afford(len(self.val))
         kind = "seed_validation" if cp.index == 0 and cp.val_scores is None else "validation"
-        results = self.evaluator.evaluate(cp.library, self.val, kind, tag=cp.index)
+        results = self.evaluator.evaluate(cp.library, self.val, kind, tag=self.turn)
         scores = tuple(r.score for r in results)
         self.checkpoints[cp.index] = Checkpoint(cp.index, cp.library, cp.parent, scores)
         mean = sum(scores) / len(scores) if scores else 0.0

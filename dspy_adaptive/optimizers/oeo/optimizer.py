@@ -17,7 +17,6 @@ action, arguments, observation size, cost and commit; every checkpoint), report.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -25,20 +24,19 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
-from dspy_adaptive.data import InputError, input_keys, make_rows
+from dspy_adaptive import checks
+from dspy_adaptive.data import InputError, input_keys
 from dspy_adaptive.escaping import md_cell, md_fence
-from dspy_adaptive.optimizers.adaptive_gepa import SandboxSettings
+from dspy_adaptive.optimizers.assembly import BudgetLimits, RunSpec, assemble, describe_lm, spec_identity
+from dspy_adaptive.optimizers.inputs import compile_rows
 from dspy_adaptive.optimizers.oeo.contract import Contract
 from dspy_adaptive.optimizers.oeo.runner import Runner, Turn
 from dspy_adaptive.program.library import Library
 from dspy_adaptive.program.routed import RoutedProgram
+from dspy_adaptive.program.settings import ProgramSettings
 from dspy_adaptive.reflection.propose import program_contract
-from dspy_adaptive.sandbox import SandboxPool
-from dspy_adaptive.search.budget import Budget
-from dspy_adaptive.search.checkpoint import CheckpointStore
-from dspy_adaptive.search.evaluate import Evaluator
-
-STATE_VERSION = 1
+from dspy_adaptive.sandbox.settings import SandboxSettings
+from dspy_adaptive.search.execution import ExecutionSettings
 
 
 class OpenEndedOptimizer(Teleprompter):
@@ -76,9 +74,10 @@ class OpenEndedOptimizer(Teleprompter):
             raise InputError(f"max_metric_calls must be a positive integer, got {max_metric_calls!r}")
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise InputError(f"max_turns must be a positive integer, got {max_turns!r}")
+        checks.positive_number("max_cost_usd", max_cost_usd, optional=True, unit="US dollars")
         self.metric, self.optimizer_lm = metric, optimizer_lm
         self.max_metric_calls, self.max_turns, self.max_specialists = max_metric_calls, max_turns, max_specialists
-        self.fast_lm, self.deep_lm, self.tools = fast_lm, deep_lm, tools
+        self.program = ProgramSettings(max_specialists, fast_lm, deep_lm, tools)
         self.num_threads, self.failure_score, self.log_dir, self.seed = num_threads, failure_score, log_dir, seed
         self.max_cost_usd = max_cost_usd
         self.sandbox_settings = sandbox or SandboxSettings()
@@ -87,55 +86,46 @@ class OpenEndedOptimizer(Teleprompter):
     def compile(self, student: dspy.Module, *, trainset: Sequence[dspy.Example], teacher: Any = None,
                 valset: Sequence[dspy.Example] | None = None, **kwargs: Any) -> RoutedProgram:
         """Run the optimizer LM under the contract; returns the selected checkpoint as a RoutedProgram."""
-        if kwargs:
-            raise InputError(f"OpenEndedOptimizer.compile() got unexpected keyword argument(s) {sorted(kwargs)}")
-        if teacher is not None:
-            raise InputError("OpenEndedOptimizer does not use a teacher program: pass teacher=None")
-        if not trainset:
-            raise InputError("trainset is empty: pass at least one dspy.Example")
-        train = make_rows(trainset, "trainset")
-        val = make_rows(valset, "valset") if valset is not None else train
-        s = self.sandbox_settings
-        threads = self.num_threads or dspy.settings.num_threads or 1
-        base = RoutedProgram(student, Library.empty(self.max_specialists), fast_lm=self.fast_lm,
-                             deep_lm=self.deep_lm, tools=self.tools, input_names=input_keys(train))
-        pool = SandboxPool(max_workers=max(2, threads), timeout=s.timeout, call_timeout=s.call_timeout,
-                           memory_mb=s.memory_mb, max_predictor_calls=s.max_predictor_calls,
-                           tool_names=tuple(base.tools), isolation=s.isolation)
-        base._sandbox, base._owns_sandbox = pool, False
-        runner = None
-        from dspy_adaptive.lm.usage import UsageMeter
-        meter = UsageMeter()
-        budget = Budget(self.max_metric_calls)
-        evaluator = Evaluator(base, self.metric, budget, num_threads=threads, failure_score=self.failure_score)
-        contract = Contract(Library.empty(self.max_specialists), train, val, evaluator, seed=self.seed)
+        train, val = compile_rows("OpenEndedOptimizer", student, trainset, teacher, valset, kwargs)
+        spec = RunSpec(student, self.metric, input_keys(train), self.program, self.sandbox_settings,
+                       ExecutionSettings(self.num_threads, route_memo=False), self.failure_score)
+        identity = {**spec_identity(spec, train, val), "optimizer": "OpenEndedOptimizer", "seed": self.seed,
+                    "max_metric_calls": self.max_metric_calls,
+                    "optimizer_lm": describe_lm(self.optimizer_lm), "max_turns": self.max_turns}
+        run = assemble(spec, limits=BudgetLimits(self.max_metric_calls, self.max_cost_usd), log_dir=self.log_dir,
+                       identity=identity, what="OEO run")
+        contract = Contract(Library.empty(self.program.max_specialists), train, val, run.evaluator, seed=self.seed)
         outputs = self._output_names(student)
-        task = (f"Requests have the input field(s) {', '.join(input_keys(train))}; the program answers "
+        task = (f"Requests have the input field(s) {', '.join(spec.input_names)}; the program answers "
                 f"{', '.join(outputs)}. There are {len(train)} training rows (their traces and feedback are yours to "
                 f"run) and {len(val)} validation rows (scores only). Specialist programs follow this contract:\n"
-                + program_contract(input_keys(train), outputs, tuple(base.tools)))
-        store = CheckpointStore(self.log_dir) if self.log_dir else None
-        fingerprint = self._fingerprint(student, train, val)
-        runner = Runner(contract, self.optimizer_lm, task, max_turns=self.max_turns, meter=meter,
-                        max_cost_usd=self.max_cost_usd,
-                        on_turn=(lambda r, t: store.commit(self._state(r, fingerprint))) if store else None)
-        if store is not None:
-            store.prepare()
-            evaluator.on_new_result = store.append_eval
-            if store.has_state():
-                self._resume(store, runner, fingerprint)
+                + program_contract(spec.input_names, outputs, tuple(self.program.tools)))
+        lost = [0]
+
+        def on_turn(runner: Runner, turn: Turn) -> None:
+            lost[0] += run.evaluator.replay.expire(upto=turn.index)    # cut-off calls no redone turn asked for
+            if run.store is not None:
+                run.store.commit(self._state(runner, lost[0]))
+
+        runner = Runner(contract, self.optimizer_lm, task, max_turns=self.max_turns, meter=run.meter,
+                        max_cost_usd=self.max_cost_usd, on_turn=on_turn)
+
+        def load(state: dict[str, Any]) -> None:
+            contract.load_state_dict(state["contract"])
+            runner.load_state_dict(state["runner"])
+            lost[0] = int(state.get("lost_calls", 0))
+
+        run.restore(load)
         try:
-            with meter.active():
+            with run, run.meter.active():
                 runner.run()
         finally:
-            evaluator.close()
-            if store is not None:
-                store.commit(self._state(runner, fingerprint))
-                store.close()
+            lost[0] += run.evaluator.replay.expire()
+            if run.store is not None:
+                run.store.commit(self._state(runner, lost[0]))
         best = contract.output()
-        routed = base.with_library(best.library)
-        routed._sandbox, routed._owns_sandbox = pool, True
-        self.record = self._record(runner, best.index)
+        routed = run.returned(best.library)
+        self.record = self._record(runner, best.index, lost[0])
         routed.oeo_record = self.record
         if self.log_dir:
             write_record(self.record, Path(self.log_dir))
@@ -149,32 +139,17 @@ class OpenEndedOptimizer(Teleprompter):
             names = list(predictor.signature.output_fields)
         return tuple(names) or ("answer",)
 
-    def _fingerprint(self, student: dspy.Module, train: Sequence[Any], val: Sequence[Any]) -> str:
-        payload = {"program": type(student).__qualname__, "max_calls": self.max_metric_calls,
-                   "max_specialists": self.max_specialists, "seed": self.seed, "failure_score": self.failure_score,
-                   "train": [r.id for r in train], "val": [r.id for r in val]}
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
     @staticmethod
-    def _state(runner: Runner, fingerprint: str) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "fingerprint": fingerprint, "contract": runner.contract.state_dict(),
-                "runner": runner.state_dict()}
+    def _state(runner: Runner, lost_calls: int) -> dict[str, Any]:
+        return {"contract": runner.contract.state_dict(), "runner": runner.state_dict(),
+                "committed": [t.index for t in runner.turns], "lost_calls": lost_calls}
 
-    def _resume(self, store: CheckpointStore, runner: Runner, fingerprint: str) -> None:
-        state = json.loads((store.dir / "state.json").read_text(encoding="utf-8"))
-        if state.get("version") != STATE_VERSION or state.get("fingerprint") != fingerprint:
-            raise InputError(f"log_dir {self.log_dir!r} holds another run (other program, data or settings): use a "
-                             "new log_dir, or delete the old one to start over")
-        runner.contract.load_state_dict(state["contract"])
-        runner.load_state_dict(state["runner"])
-        entries, _ = store.load_evals(set(range(len(runner.contract.checkpoints))))
-        store.rewrite_evals(entries)
-
-    def _record(self, runner: Runner, selected: int) -> dict[str, Any]:
+    def _record(self, runner: Runner, selected: int, lost_calls: int) -> dict[str, Any]:
         c = runner.contract
         report = c.budget.report()
         return {"optimizer": "OpenEndedOptimizer", "selected": selected, "stop_reason": runner.stop_reason,
-                "budget": {"max": report.max_calls, "spent": report.spent, "by_kind": report.by_kind},
+                "budget": {"max": report.max_calls, "spent": report.spent, "by_kind": report.by_kind,
+                           "lost_to_interruptions": lost_calls},
                 "checkpoints": [cp.to_dict() | {"val_mean": cp.val_mean} for cp in c.checkpoints],
                 "turns": [t.to_dict() for t in runner.turns], "usage": runner.meter.snapshot(),
                 "operational_failures": sum(1 for t in runner.turns if not t.ok),

@@ -154,6 +154,7 @@ class Runner:
 
     def step(self) -> Turn:
         index, t0, commits = len(self.turns) + 1, time.perf_counter(), len(self.contract.checkpoints)
+        self.contract.begin_turn(index)
         with self.meter.child() as sub:
             try:
                 with dspy.context(lm=self.lm, trace=None), role("reflection"):

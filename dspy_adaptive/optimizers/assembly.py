@@ -1,0 +1,234 @@
+"""The one run assembly: what AdaptiveGEPA and the OpenEndedOptimizer search with, and what a Ray actor scores
+rows with -- the routed program over the user's program, its sandbox pool, the budget, the cost ledger, the
+evaluator, the checkpoint store with its resume, the schedule and the progress bar.
+
+    run = assemble(spec, budget=..., log_dir=..., identity=...)   # nothing is scored yet
+    with run:                       # closes rows, store and (on error) the pool
+        ... search with run.evaluator / run.services ...
+    routed = run.returned(best_library)            # the program handed to the user (owns the pool)
+
+The run's identity -- everything that changes its results -- is written before the first scored call; a
+rerun on the same log_dir with anything different is refused, naming what differs (see search.checkpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import dspy
+
+from dspy_adaptive.data import Row
+from dspy_adaptive.lm.usage import UsageMeter, current_meter
+from dspy_adaptive.program.library import Library
+from dspy_adaptive.program.route_memo import RouteMemo
+from dspy_adaptive.program.routed import RoutedProgram
+from dspy_adaptive.program.settings import ProgramSettings
+from dspy_adaptive.sandbox import SandboxPool
+from dspy_adaptive.sandbox.settings import SandboxSettings
+from dspy_adaptive.schema import RowResult
+from dspy_adaptive.search.budget import Budget
+from dspy_adaptive.search.checkpoint import CheckpointStore, Replay, Resume
+from dspy_adaptive.search.engine import RunServices
+from dspy_adaptive.search.evaluate import Evaluator
+from dspy_adaptive.search.execution import ExecutionSettings
+from dspy_adaptive.search.progress import SearchProgress
+from dspy_adaptive.search.schedule import Schedule
+
+SECRET_HINTS = ("key", "secret", "password", "auth", "credential", "token")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a run scores with: the user's program and metric, the request's input fields, and the settings
+    of the program, the sandbox and the executor (all a Ray actor needs to score rows, picklable)."""
+
+    student: dspy.Module
+    metric: Callable
+    input_names: tuple[str, ...]
+    program: ProgramSettings
+    sandbox: SandboxSettings
+    execution: ExecutionSettings
+    failure_score: float = 0.0
+    keep_outputs: bool = False              # whole outputs (track_best_outputs)
+    format_failure_feedback: bool = False   # add_format_failure_as_feedback
+    reuse_scores: bool = False
+
+
+@dataclass(frozen=True)
+class BudgetLimits:
+    max_calls: int
+    max_cost_usd: float | None = None
+    max_idle_iterations: int | None = None
+
+
+def build_program(spec: RunSpec, *, max_workers: int, route_memo: RouteMemo | None) -> RoutedProgram:
+    """The run's base program over an empty library, with a sandbox pool of its own (the caller closes it)."""
+    tools = tuple(spec.program.tools)
+    pool = spec.sandbox.pool(max_workers=max_workers, tool_names=tools)
+    return spec.program.base(spec.student, input_names=spec.input_names, sandbox=pool, route_memo=route_memo)
+
+
+def evaluator_for(spec: RunSpec, base: RoutedProgram, budget: Budget, **kwargs: Any) -> Evaluator:
+    """The evaluator of `spec`'s scoring settings over `base` (kwargs: threads, callbacks, replay, executor)."""
+    return Evaluator(base, spec.metric, budget, failure_score=spec.failure_score, keep_outputs=spec.keep_outputs,
+                     format_failure_feedback=spec.format_failure_feedback, reuse_scores=spec.reuse_scores,
+                     **kwargs)
+
+
+def actor_scorer(spec: RunSpec) -> tuple[RoutedProgram, Callable[[RoutedProgram, Row], RowResult]]:
+    """Inside a Ray actor: the run's base program with a sandbox pool of its own, and its row scorer."""
+    base = build_program(spec, max_workers=2,
+                         route_memo=RouteMemo() if spec.execution.route_memo else None)   # filled per batch
+    return base, evaluator_for(spec, base, Budget(1)).score_row
+
+
+@dataclass
+class AssembledRun:
+    """An assembled run (see the module docstring)."""
+
+    spec: RunSpec
+    base: RoutedProgram
+    services: RunServices
+    resume: Resume
+    threads: int
+
+    @property
+    def evaluator(self) -> Evaluator:
+        return self.services.evaluator
+
+    @property
+    def budget(self) -> Budget:
+        return self.services.budget
+
+    @property
+    def meter(self) -> UsageMeter:
+        return self.services.meter
+
+    @property
+    def store(self) -> CheckpointStore | None:
+        return self.services.store
+
+    @property
+    def pool(self) -> SandboxPool:
+        return self.base.sandbox
+
+    def restore(self, load_state: Callable[[dict[str, Any]], None]) -> bool:
+        """Resume what the log_dir holds: the committed state (through `load_state`), the results of committed
+        scored calls, and the pending calls of interrupted work, charged again at once (they were paid for) and
+        replayed when asked for again. True when there was anything to resume."""
+        r = self.resume
+        if r.state is not None:
+            load_state(r.state)
+            self.meter.restore(r.state.get("usage", {}))
+        for call in r.committed:
+            self.evaluator.cache[(call.key, call.result.row_id)] = call.result
+            self.evaluator.note_fault(call.result)
+        for call in r.pending:
+            self.budget.charge(call.kind)
+            self.evaluator.note_fault(call.result)
+        return r.resumed
+
+    def returned(self, library: Library) -> RoutedProgram:
+        """The program handed to the user: `library` over the user's program, owning the sandbox pool, with no
+        route memo (a deployed program calls its router every time)."""
+        return self.base.with_library(library, owns_sandbox=True, route_memo=None)
+
+    def __enter__(self) -> "AssembledRun":
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        """Stop the rows (interrupted: rows not started are dropped, not run first) and close the store."""
+        self.evaluator.close(wait=exc_type is None)
+        if self.store is not None:
+            self.store.close()
+
+
+def assemble(spec: RunSpec, *, limits: BudgetLimits, log_dir: str | None, identity: Mapping[str, Any],
+             what: str = "run", progress: bool = False, progress_desc: str = "Adaptive-GEPA") -> AssembledRun:
+    """Build a run: program and pool, cost ledger, budget, checkpoint store (opened: another run's files are
+    refused here, before anything is scored), evaluator with the replay of interrupted work, schedule and
+    progress bar."""
+    threads = spec.execution.threads()
+    store = CheckpointStore(log_dir, identity, what=what) if log_dir else None
+    resume = store.open() if store is not None else Resume(None)
+    base = build_program(spec, max_workers=max(2, threads),
+                         route_memo=RouteMemo() if spec.execution.route_memo else None)
+    meter = UsageMeter()
+    budget = Budget(limits.max_calls, max_cost_usd=limits.max_cost_usd, cost=meter.total_cost,
+                    max_idle_iterations=limits.max_idle_iterations)
+    bar, schedule = SearchProgress(progress, progress_desc), Schedule()
+
+    def on_scored(tag: int, key: str, kind: str, result: RowResult) -> None:
+        if store is not None:
+            store.append_eval(tag, key, kind, result)    # logged at once: a kill mid-batch hides nothing
+        bar.tick()
+
+    executor = _ray_executor(spec, threads, meter, base) if spec.execution.executor == "ray" else None
+    evaluator = evaluator_for(spec, base, budget, num_threads=threads, on_scored=on_scored, schedule=schedule,
+                              replay=Replay(resume.pending), executor=executor)
+    return AssembledRun(spec, base, RunServices(evaluator, budget, meter, store, schedule, bar), resume, threads)
+
+
+def _ray_executor(spec: RunSpec, threads: int, meter: UsageMeter, base: RoutedProgram) -> Any:
+    """Ray actors that each rebuild this run's base program and score rows as the thread executor would."""
+    from dspy_adaptive.search.ray_executor import RayExecutor
+
+    def on_usage(snapshot: dict[str, Any]) -> None:     # into the proposal's ledger too, when one is open
+        (current_meter() or meter).merge(snapshot)
+
+    return RayExecutor(functools.partial(actor_scorer, spec), num_actors=threads, address=spec.execution.address,
+                       failure_score=spec.failure_score, on_usage=on_usage,
+                       settings={"lm": dspy.settings.lm, "adapter": dspy.settings.adapter},
+                       num_cpus=max(2, threads), route_memo=lambda: base.route_memo)
+
+
+# -- the run's identity ----------------------------------------------------------------------------------------
+
+def describe_lm(lm: Any) -> Any:
+    """What about an LM changes a run's results: its class, model and settings (secrets left out)."""
+    if lm is None:
+        return None
+    kwargs = getattr(lm, "kwargs", None) or {}
+    settings = {k: v for k, v in sorted(kwargs.items())
+                if not any(h in k.lower() for h in SECRET_HINTS) or k in ("max_tokens", "max_completion_tokens")}
+    return {"class": type(lm).__qualname__, "model": getattr(lm, "model", None),
+            "settings": json.loads(json.dumps(settings, default=str))}
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def rows_identity(rows: Sequence[Row]) -> str:
+    return f"{len(rows)} rows, ids sha256 {digest([r.id for r in rows])}"
+
+
+def program_identity(student: dspy.Module) -> str:
+    try:
+        state = json.dumps(student.dump_state(), sort_keys=True, default=str)
+    except Exception:  # noqa: BLE001 - a program that cannot dump its state is known by its repr
+        state = repr(student)
+    return f"{type(student).__qualname__}, state sha256 {digest(state)}"
+
+
+def spec_identity(spec: RunSpec, train: Sequence[Row], val: Sequence[Row]) -> dict[str, Any]:
+    """The identity every run shares: program, metric, data, slots, LMs (the configured one where a profile
+    has none), tools, sandbox limits and scoring."""
+    configured = dspy.settings.lm
+    p = spec.program
+    return {
+        "program": program_identity(spec.student),
+        "metric": f"{getattr(spec.metric, '__module__', '?')}.{getattr(spec.metric, '__qualname__', '?')}",
+        "trainset": rows_identity(train), "valset": rows_identity(val),
+        "max_specialists": p.max_specialists, "tools": sorted(p.tools),
+        "fast_lm": describe_lm(p.fast_lm if p.fast_lm is not None else configured),
+        "deep_lm": describe_lm(p.deep_lm if p.deep_lm is not None else configured),
+        "sandbox": dataclasses.asdict(spec.sandbox),
+        "scoring": {"failure_score": spec.failure_score, "reuse_scores": spec.reuse_scores,
+                    "format_failure_feedback": spec.format_failure_feedback},
+    }

@@ -1,0 +1,73 @@
+"""Who writes proposals and how: the reflection LM, dspy.GEPA's proposer hooks, repairs and the format of new
+programs; validated here, and the reflector they build."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from dspy_adaptive import checks
+from dspy_adaptive.data import InputError
+from dspy_adaptive.reflection.external import ProposerReflector
+from dspy_adaptive.reflection.propose import Reflector
+from dspy_adaptive.reflection.structured import PROPOSAL_FORMATS
+
+
+@dataclass(frozen=True)
+class ReflectionSettings:
+    """Args (AdaptiveGEPA's names in brackets where they differ):
+        lm (reflection_lm), instruction_proposer, code_proposer: see AdaptiveGEPA's docstring.
+        component_selector: a callable (gepa's ReflectionComponentSelector protocol) that names the component
+            to act on, or None: the reflection LM selects each action and its target.
+        max_repair_attempts: when a reflection answer is rejected before the gate (the sandbox policy, a compile
+            error, an answer that does not parse, an answer cut off at the token limit, an impossible target),
+            the reflection LM gets the exact reason and its own answer back and may answer again, this many times
+            per stage. Repairs are reflection calls, never scored calls; the run record keeps each attempt.
+        proposal_format: how new specialist programs are written: "code" (the reflection LM writes the source),
+            "structured" (it fills a typed specification -- the program's shape among predict, chain of thought,
+            retrieve-then-answer over a tool and draft-and-check, plus its instructions -- and the source is
+            generated from it, so it always passes the sandbox policy; suits small local reflection models) or
+            "auto" (code, switching a target to structured after 2 recent code proposals for it were rejected
+            before the gate).
+        format_failure_feedback (add_format_failure_as_feedback): show reflection an unparseable LM answer with
+            its failure.
+    """
+
+    lm: Any
+    instruction_proposer: Callable | None = None
+    code_proposer: Callable | None = None
+    component_selector: Callable | None = None
+    max_repair_attempts: int = 1
+    proposal_format: str = "code"
+    format_failure_feedback: bool = False
+
+    def __post_init__(self) -> None:
+        checks.callable_or_none("instruction_proposer", self.instruction_proposer, "dspy.GEPA's proposer protocol")
+        checks.callable_or_none("code_proposer", self.code_proposer, "dspy.GEPA's proposer protocol")
+        checks.callable_or_none("component_selector", self.component_selector,
+                                "gepa's ReflectionComponentSelector protocol")
+        checks.integer("max_repair_attempts", self.max_repair_attempts, minimum=0)
+        checks.one_of("proposal_format", self.proposal_format, PROPOSAL_FORMATS)
+        if self.lm is None:
+            extra = (" (also with instruction_proposer: the proposer writes the rewrite actions' text, while the "
+                     "reflection LM selects each action and its target and writes activations)"
+                     if self.instruction_proposer is not None or self.code_proposer is not None else "")
+            raise InputError("reflection_lm is required: pass a strong model, e.g. "
+                             f"reflection_lm=dspy.LM('openai/gpt-5', temperature=1.0){extra}")
+
+    @property
+    def external(self) -> bool:
+        """dspy.GEPA's hooks write (some of) the edits or choose the targets."""
+        return any(x is not None for x in (self.instruction_proposer, self.code_proposer, self.component_selector))
+
+    def reflector(self, *, input_names: Sequence[str], tools: Mapping[str, Callable], schedule: Any = None
+                  ) -> Reflector:
+        """The reflector of a run whose requests have `input_names` and whose specialists may call `tools`."""
+        common = dict(input_names=tuple(input_names), output_names=(), tools=dict(tools),
+                      max_repair_attempts=self.max_repair_attempts, proposal_format=self.proposal_format,
+                      schedule=schedule)
+        if self.external:
+            return ProposerReflector(self.lm, instruction_proposer=self.instruction_proposer,
+                                     code_proposer=self.code_proposer, component_selector=self.component_selector,
+                                     **common)
+        return Reflector(self.lm, **common)
