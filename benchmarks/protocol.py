@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -465,7 +465,7 @@ def to_json(comparison: Mapping[str, Any], gaps: Sequence[Mapping[str, Any]], re
     return {"reference": reference, "gaps": list(gaps),
             "runs": [{"label": r.label, "method": r.method, "seed": r.seed, "path": r.path, "name": r.name}
                      for r in runs],
-            "unpaired": {label: [u.__dict__ for u in p.unpaired] for label, p in (pairings or {}).items()},
+            "unpaired": {label: [asdict(u) for u in p.unpaired] for label, p in (pairings or {}).items()},
             "comparison": {m: {f: {str(k): s.to_dict() for k, s in keyed.items()} for f, keyed in fams.items()}
                            for m, fams in comparison.items()}}
 
