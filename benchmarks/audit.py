@@ -133,16 +133,18 @@ def ablation(library: Mapping[str, Any], matches: Sequence[Match], rows: Sequenc
     return {"rows": len(rows), "with": a, "without": b, "difference": a - b}
 
 
-def ablate_run(run_dir: Path, run: Mapping[str, Any], matches: Sequence[Match], mix: Any) -> dict[str, Any]:
+def ablate_run(run_dir: Path, run: Mapping[str, Any], matches: Sequence[Match], mix: Any,
+               data: str | None = None) -> dict[str, Any]:
     """The ablation on a finished run: its selected library with and without its matched content, on the
-    affected training rows and on the test rows, scored with the run's own context."""
+    affected training rows and on the test rows, scored with the run's own context (`data`: the run's --data
+    directory when the recorded one does not resolve from here)."""
     from benchmarks.run import build_program, context_for_run
     from dspy_adaptive.program.scoring import score_example
     best = run["best_idx"]
     mine = [m for m in matches if m.candidate == best]
     if not mine:
         return {"candidate": best, "train": None, "test": None, "note": "the selected library has no match"}
-    ctx = context_for_run(run_dir)
+    ctx = context_for_run(run_dir, data)
     try:
         def score(library: Mapping[str, Any], rows: Sequence[Any]) -> list[float]:
             program = build_program("adaptive", {"library": library}, ctx, ctx.roles)
@@ -208,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     matches = find_matches(run["candidates"], mix.train + mix.val, min_chars=args.min_chars, ngram=args.ngram)
     summ = summary(matches)
     if args.ablate:
-        summ["ablation"] = ablate_run(run_dir, run, matches, mix)
+        summ["ablation"] = ablate_run(run_dir, run, matches, mix, args.data)
     text = render(summ, matches)
     (run_dir / "audit.md").write_text(text, encoding="utf-8")
     (run_dir / "audit.json").write_text(json.dumps({"summary": summ, "matches": [asdict(m) for m in matches]},

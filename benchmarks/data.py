@@ -106,6 +106,11 @@ class DataError(FileNotFoundError):
     """Benchmark data could not be found or read; the message says which path and how to fix it."""
 
 
+class SplitError(ValueError):
+    """The data cannot give a family the splits asked for (e.g. an empty validation split); the message says why
+    and what to change."""
+
+
 # --------------------------------------------------------------------------- containers
 
 @dataclass
@@ -219,8 +224,10 @@ def _hotpot_example(r: dict[str, Any]) -> dspy.Example:
 
 def split_hotpotqa(dev: list[dict], train: list[dict] | None, sizes: Sequence[int], seed: int) -> FamilySplits:
     """Topic-disjoint splits: no supporting-article title appears in two of train, validation and test
-    (`benchmarks.splits.disjoint_split` assigns whole title groups). With an official train file, validation
-    and test come from dev and train from the train file minus every question sharing a title with them."""
+    (`benchmarks.splits.disjoint_split` assigns questions linked by shared titles together). With an official
+    train file, validation and test come from dev and train from the train file minus every question sharing a
+    title with them. The notes say why any split is smaller than asked: too few rows (sizes scaled
+    proportionally) or title conflicts (the groups could not fill every split)."""
     from benchmarks.splits import disjoint_split
 
     def titles(r: dict) -> list[str]:
@@ -234,20 +241,27 @@ def split_hotpotqa(dev: list[dict], train: list[dict] | None, sizes: Sequence[in
         dev_ids = {d["id"] for d in dev}
         train = [r for r in _dedupe(train) if r["id"] not in dev_ids]
         want_val, want_test = scale_sizes((n_val, n_test), len(dev))
-        va, te = disjoint_split(dev, (want_val, want_test), rng, titles)
-        _note_scaling(notes, "hotpotqa", "val/test from dev", (n_val, n_test), (len(va), len(te)), len(dev))
+        _note_scaling(notes, "hotpotqa", "val/test from dev", (n_val, n_test), (want_val, want_test), len(dev))
+        split = disjoint_split(dev, (want_val, want_test), rng, titles)
+        notes += [n for n in [split.shortfall("hotpotqa", "val/test from dev")] if n]
+        va, te = split.parts
         held = {t for r in va + te for t in titles(r)}
         pool = [r for r in train if not held & set(titles(r))]
         got_train = min(n_train, len(pool))
-        _note_scaling(notes, "hotpotqa", "train", (n_train,), (got_train,), len(pool))
+        if got_train < n_train:
+            why = (f"the train file has only {len(train)} rows" if len(train) < n_train else
+                   f"of the train file's {len(train)} rows only {len(pool)} share no supporting title with "
+                   "validation or test (the others would leak held-out topics into train)")
+            notes.append(f"hotpotqa: train wanted {n_train} but got {got_train}: {why}")
         tr = rng.sample(pool, got_train)
     else:
         notes.append("hotpotqa: no train split available; train is carved from the dev rows (disjoint from "
                      "val/test). Paper protocol draws train from the official train split.")
         want = scale_sizes((n_train, n_val, n_test), len(dev))
-        tr, va, te = disjoint_split(dev, want, rng, titles)
-        _note_scaling(notes, "hotpotqa", "train/val/test", (n_train, n_val, n_test), (len(tr), len(va), len(te)),
-                      len(dev))
+        _note_scaling(notes, "hotpotqa", "train/val/test", (n_train, n_val, n_test), want, len(dev))
+        split = disjoint_split(dev, want, rng, titles)
+        notes += [n for n in [split.shortfall("hotpotqa", "train/val/test")] if n]
+        tr, va, te = split.parts
     return FamilySplits("hotpotqa", [_hotpot_example(r) for r in tr], [_hotpot_example(r) for r in va],
                         [_hotpot_example(r) for r in te], notes, corpus=split_paragraphs(dev + list(tr)))
 
@@ -473,6 +487,23 @@ def load_family(family: str, source: str = "local", data_dir: str | Path | None 
     if source == "local" and not root.is_dir():
         raise DataError(f"benchmark data directory not found: {root}. Pass data_dir=, set DSPY_ADAPTIVE_BENCH_DATA, "
                         f"or use source='hf'.")
+    splits = _load_splits(family, source, root, seed, sizes, revisions)
+    _refuse_empty(splits, sizes)
+    return splits
+
+
+def _refuse_empty(splits: FamilySplits, requested: Sequence[int]) -> None:
+    """A family with no rows in a split it asked rows for cannot be trained, selected or measured: refuse it."""
+    for name, got, want in zip(("train", "validation", "test"), splits.sizes(), requested):
+        if want > 0 and got == 0:
+            why = "; ".join(n for n in splits.notes if "wanted" in n or "requested" in n) or "no rows available"
+            raise SplitError(f"{splits.family}: the {name} split would be empty ({want} requested; train/"
+                             f"validation/test came out as {splits.sizes()}): {why}. Ask for sizes the data can "
+                             f"hold (--sizes {splits.family}=TRAIN,VAL,TEST) or give the family more rows.")
+
+
+def _load_splits(family: str, source: str, root: Path, seed: int, sizes: Sequence[int],
+                 revisions: Mapping[str, str | None]) -> FamilySplits:
     local = lambda name: _read_jsonl(root / name)  # noqa: E731
     if family == "hotpotqa":
         if source == "hf":
@@ -516,6 +547,6 @@ def load_mixture(source: str = "local", data_dir: str | Path | None = None, seed
 
 
 __all__ = ["AIME_SHUFFLE_SEED", "DEFAULT_SEED", "DataError", "FamilySplits", "HF_SOURCES", "LOCAL_FILES",
-           "Mixture", "PAPER_SIZES", "balanced_quotas", "default_data_dir", "example_id", "livebench_article",
-           "load_family", "load_mixture", "make_example", "scale_sizes", "split_aime", "split_hotpotqa",
-           "split_livebench_if", "split_paragraphs", "split_pupa"]
+           "Mixture", "PAPER_SIZES", "SplitError", "balanced_quotas", "default_data_dir", "example_id",
+           "livebench_article", "load_family", "load_mixture", "make_example", "scale_sizes", "split_aime",
+           "split_hotpotqa", "split_livebench_if", "split_paragraphs", "split_pupa"]

@@ -502,10 +502,14 @@ def config_of(args: argparse.Namespace, sizes: Any, minibatch: int) -> dict:
 
 
 def load_data(args: argparse.Namespace, sizes: Any):
-    from benchmarks.data import load_mixture
-    if args.data == "hf":
-        return load_mixture("hf", seed=args.seed, sizes=sizes)
-    return load_mixture("local", data_dir=args.data, seed=args.seed, sizes=sizes)
+    """The run's mixture; data that cannot give the splits asked for stops the run with the reason."""
+    from benchmarks.data import DataError, SplitError, load_mixture
+    try:
+        if args.data == "hf":
+            return load_mixture("hf", seed=args.seed, sizes=sizes)
+        return load_mixture("local", data_dir=args.data, seed=args.seed, sizes=sizes)
+    except (DataError, SplitError) as e:
+        raise SystemExit(f"[data] {e}") from None
 
 
 def make_tools(args: argparse.Namespace, roles: Roles, mixture: Any = None,
@@ -555,9 +559,10 @@ def build_context(args: argparse.Namespace, mixture: Any, out: Path, minibatch: 
     return Context(args, out, mixture, roles, metric, tools, pool, minibatch, progress), retrieval
 
 
-def context_for_run(run_dir: str | Path) -> Context:
+def context_for_run(run_dir: str | Path, data: str | None = None) -> Context:
     """The context a finished run ran with, rebuilt from its results.json configuration (same data split,
-    roles, metric and tools), for scoring libraries after the fact (the audit's ablation)."""
+    roles, metric and tools), for scoring libraries after the fact (the audit's ablation). `data` replaces the
+    recorded --data (a relative directory recorded by a run started elsewhere)."""
     run_dir = Path(run_dir)
     res = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     args = parse_args(["--method", str(res["method"]), "--out", str(run_dir), "--no-progress"])
@@ -565,6 +570,8 @@ def context_for_run(run_dir: str | Path) -> Context:
         if key in ("sizes", "minibatch_size", "selection"):
             continue
         setattr(args, key, value)
+    if data:
+        args.data = data
     sizes = res["config"].get("sizes")
     sizes = {f: tuple(v) for f, v in sizes.items()} if isinstance(sizes, dict) else None
     mixture = load_data(args, sizes)

@@ -2,8 +2,9 @@
 optimizer never saw).
 
 * `disjoint_split`: HotpotQA questions are assigned to train, validation and test so that no supporting
-  article title appears in two splits (a question whose titles are already held by two different splits is
-  left out, and the split sizes the run got are in its notes).
+  article title appears in two splits. Questions linked by shared titles (directly or through a chain) form
+  one group (`topic_groups`: connected components), and a group goes to one split only; where the sizes cannot
+  all be filled, the result says exactly why (`DisjointSplit.shortfall`).
 * `overlap_report`: for any family, how much each pair of splits shares -- supporting titles (where the family
   has them) and word 8-grams of the requests (the share of one split's requests that have an 8-gram in common
   with any request of the other). Written into every benchmark run's results.json and tables.md.
@@ -11,32 +12,124 @@ optimizer never saw).
 
 from __future__ import annotations
 
+import math
 import random
 import re
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 NGRAM = 8
 _WORD = re.compile(r"\w+")
+#: the exhaustive assignment search runs when (states x groups x splits) stays below this
+EXACT_SEARCH_LIMIT = 3_000_000
 
 
-def disjoint_split(records: Sequence[dict[str, Any]], sizes: Sequence[int], rng: random.Random,
-                   titles: Callable[[dict], Iterable[str]]) -> list[list[dict]]:
-    """len(sizes) splits of at most sizes[i] records each, with no title in two splits. Records are taken in a
-    random order; each goes to the split furthest below its size among those its titles do not conflict with
-    (a title belongs to the first split that took it); a record whose titles already belong to two different
-    splits is left out. Greedy per record rather than per connected topic group, so one very popular article
-    costs only the questions that conflict, not a whole chained component."""
-    order = list(records)
-    rng.shuffle(order)
-    out: list[list[dict]] = [[] for _ in sizes]
+def topic_groups(records: Sequence[Any], titles: Callable[[Any], Iterable[str]]) -> list[list[Any]]:
+    """Connected groups of `records`: two records are in one group when they share a title, directly or through
+    other records. Groups in order of their first record; records in their given order."""
+    parent: dict[str, str] = {}
+
+    def find(t: str) -> str:
+        root = t
+        while parent.setdefault(root, root) != root:
+            root = parent[root]
+        while parent[t] != root:
+            parent[t], t = root, parent[t]
+        return root
+
+    keys = []
+    for i, r in enumerate(records):
+        ts = [str(t) for t in titles(r)] or [f"\0untitled:{i}"]     # a record without titles stands alone
+        for t in ts[1:]:
+            a, b = find(ts[0]), find(t)
+            if a != b:
+                parent[b] = a
+        keys.append(ts[0])
+    groups: dict[str, list[Any]] = {}
+    for key, r in zip(keys, records):
+        groups.setdefault(find(key), []).append(r)
+    return list(groups.values())
+
+
+@dataclass(frozen=True)
+class DisjointSplit:
+    """Splits with no title in two of them, and what limited them."""
+
+    parts: tuple[list[Any], ...]
+    wanted: tuple[int, ...]
+    rows: int                  # records given
+    groups: int                # groups of records linked by shared titles
+    largest_group: int
+    exhaustive: bool           # every assignment of whole groups was searched (none places more rows)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(len(p) for p in self.parts)
+
+    def __iter__(self):
+        return iter(self.parts)
+
+    def shortfall(self, family: str, what: str) -> str | None:
+        """Why the splits are smaller than wanted, in one sentence; None when they are not."""
+        if self.sizes == self.wanted:
+            return None
+        left = self.rows - sum(self.sizes)
+        reasons = []
+        if self.rows < sum(self.wanted):
+            reasons.append(f"not enough rows: {self.rows} for the {sum(self.wanted)} wanted")
+        if left > 0:
+            whole = ("every assignment of whole groups, searched exhaustively" if self.exhaustive else
+                     "whole groups by most room and largest first (too many rows to search every assignment)")
+            reasons.append(f"title conflicts: the {self.rows} rows form {self.groups} groups of questions linked by "
+                           f"shared supporting titles (largest {self.largest_group} rows) and no title may be in two "
+                           f"splits; the best of the assignments tried ({whole}; and dividing groups by leaving out "
+                           f"the questions that link them) placed {self.sizes}")
+        return (f"{family}: {what} wanted {self.wanted} but topic-disjointness placed {self.sizes}, {left} of the "
+                f"{self.rows} rows left out -- " + "; ".join(reasons))
+
+
+def disjoint_split(records: Sequence[Any], sizes: Sequence[int], rng: random.Random,
+                   titles: Callable[[Any], Iterable[str]]) -> DisjointSplit:
+    """len(sizes) splits of at most sizes[i] records each, no title in two splits. Groups of records sharing
+    titles (`topic_groups`) are shuffled (and the records in each), then assignments are tried in turn until one
+    fills every split, and the one placing the most rows is kept (ties: the earlier):
+
+    1. record by record in group order, each into the split with the most room among those its titles allow
+       (a record whose titles two splits already hold is left out, so a large group can be divided by
+       leaving out the questions that link it);
+    2. whole groups into the split with the most room (cut short at the room);
+    3. every assignment of whole groups (each to one split, cut short at its room, or to none), searched
+       exhaustively when the pool is small enough (`EXACT_SEARCH_LIMIT`): a full split wherever whole groups
+       allow one; beyond that size, whole groups largest first into the split they fit best."""
+    wanted = tuple(int(s) for s in sizes)
+    groups = topic_groups(records, titles)
+    rng.shuffle(groups)
+    for g in groups:
+        rng.shuffle(g)
+    exhaustive = math.prod(s + 1 for s in wanted) * len(groups) * len(wanted) <= EXACT_SEARCH_LIMIT
+    best: list[list[Any]] | None = None
+    strategies = (lambda: _by_record([r for g in groups for r in g], wanted, titles),
+                  lambda: _by_group(groups, wanted),
+                  lambda: _exhaustive(groups, wanted) if exhaustive else _largest_first(groups, wanted))
+    for strategy in strategies:
+        parts = strategy()
+        if best is None or sum(map(len, parts)) > sum(map(len, best)):
+            best = parts
+        if tuple(map(len, best)) == wanted or sum(map(len, best)) == len(records):
+            break
+    return DisjointSplit(tuple(best or [[] for _ in wanted]), wanted, len(records), len(groups),
+                         max(map(len, groups), default=0), exhaustive)
+
+
+def _by_record(order: Sequence[Any], sizes: tuple[int, ...], titles: Callable[[Any], Iterable[str]]) -> list[list]:
+    out: list[list[Any]] = [[] for _ in sizes]
     owner: dict[str, int] = {}
     for r in order:
         ts = [str(t) for t in titles(r)]
         owners = {owner[t] for t in ts if t in owner}
         if len(owners) > 1:
             continue
-        allowed = owners or set(range(len(sizes)))
-        room = [(sizes[i] - len(out[i]), -i) for i in allowed if len(out[i]) < sizes[i]]
+        room = [(sizes[i] - len(out[i]), -i) for i in (owners or range(len(sizes))) if len(out[i]) < sizes[i]]
         if not room:
             continue
         i = -max(room)[1]
@@ -44,6 +137,52 @@ def disjoint_split(records: Sequence[dict[str, Any]], sizes: Sequence[int], rng:
         for t in ts:
             owner.setdefault(t, i)
     return out
+
+
+def _by_group(groups: Sequence[Sequence[Any]], sizes: tuple[int, ...]) -> list[list]:
+    out: list[list[Any]] = [[] for _ in sizes]
+    for g in groups:
+        room = [(sizes[i] - len(out[i]), -i) for i in range(len(sizes)) if len(out[i]) < sizes[i]]
+        if not room:
+            break
+        i = -max(room)[1]
+        out[i] += g[:sizes[i] - len(out[i])]
+    return out
+
+
+def _largest_first(groups: Sequence[Sequence[Any]], sizes: tuple[int, ...]) -> list[list]:
+    out: list[list[Any]] = [[] for _ in sizes]
+    for g in sorted(groups, key=len, reverse=True):
+        rooms = [(sizes[i] - len(out[i]), i) for i in range(len(sizes)) if len(out[i]) < sizes[i]]
+        if not rooms:
+            break
+        fits = [r for r in rooms if r[0] >= len(g)]
+        room, i = min(fits) if fits else max(rooms)
+        out[i] += g[:room]
+    return out
+
+
+def _exhaustive(groups: Sequence[Sequence[Any]], sizes: tuple[int, ...]) -> list[list]:
+    """The assignment of whole groups (each to one split, cut short at its room, or to none) placing the most
+    rows: a search over the splits' fill levels, which stops once every split is full."""
+    start = (0,) * len(sizes)
+    back: dict[tuple[int, ...], tuple[tuple[int, ...], int, int] | None] = {start: None}
+    for gi, g in enumerate(groups):
+        for state in list(back):
+            for i, size in enumerate(sizes):
+                if state[i] < size:
+                    nxt = state[:i] + (min(size, state[i] + len(g)),) + state[i + 1:]
+                    if nxt not in back:
+                        back[nxt] = (state, gi, i)
+        if sizes in back:
+            break
+    state = max(back, key=sum)
+    chosen: list[list[tuple[int, int]]] = [[] for _ in sizes]
+    while back[state] is not None:
+        prev, gi, i = back[state]
+        chosen[i].append((gi, state[i] - prev[i]))
+        state = prev
+    return [[r for gi, take in sorted(c) for r in groups[gi][:take]] for c in chosen]
 
 
 def ngrams(text: str, n: int = NGRAM) -> set[tuple[str, ...]]:

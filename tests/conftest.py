@@ -17,3 +17,10 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"real benchmark samples expected at {SHARED_DATA} (the shared/ folder beside the repo)")
     return SHARED_DATA
+
+
+def require_shared_data() -> Path:
+    """SHARED_DATA, or skip the calling test with one line saying where the benchmark samples go."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"benchmark samples missing: put them in {SHARED_DATA} (shared/data beside the checkout)")
+    return SHARED_DATA
