@@ -246,6 +246,11 @@ class AdaptiveGEPA(Teleprompter):
             source is generated from it, so it always passes the sandbox policy; suits small local reflection
             models) or "auto" (code, switching a target to structured after 2 recent code proposals for it
             were rejected before the gate).
+        reflection_context_tokens: the reflection LM's context window in tokens; None reads it from the LM
+            (a local engine's n_ctx, litellm's model info, else 32,768). What reflection reads of the feedback
+            minibatch (requests, steps, outputs, feedback) is fitted into what the window leaves beside the
+            rest of the prompt and the answer, shortening long values from the middle with a marker and
+            keeping each request's closing part and question (`dspy_adaptive.reflection.budget`).
         executor: where rows run: "threads" (a thread pool in this process; the default unless `address` is
             given) or "ray" (long-lived Ray actors, `num_threads` of them, each holding the student, a warm
             sandbox pool and the LM clients; needs the ray extra). The budget, cache, archive and every decision
@@ -304,6 +309,7 @@ class AdaptiveGEPA(Teleprompter):
         max_cost_usd: float | None = None,
         max_repair_attempts: int = 1,
         proposal_format: str = "code",
+        reflection_context_tokens: int | None = None,
         executor: str | None = None,
         address: str | None = None,
     ):
@@ -423,6 +429,11 @@ class AdaptiveGEPA(Teleprompter):
             raise InputError(f"proposal_format must be one of {', '.join(map(repr, PROPOSAL_FORMATS))}, got "
                              f"{proposal_format!r}")
         self.proposal_format = proposal_format
+        if reflection_context_tokens is not None and (isinstance(reflection_context_tokens, bool) or not isinstance(
+                reflection_context_tokens, int) or reflection_context_tokens < 2048):
+            raise InputError("reflection_context_tokens must be an integer >= 2048 (the reflection LM's context "
+                             f"window in tokens) or None to read it from the LM, got {reflection_context_tokens!r}")
+        self.reflection_context_tokens = reflection_context_tokens
         if executor is None:
             executor = "ray" if address is not None else "threads"
         if executor not in ("threads", "ray"):
@@ -617,7 +628,8 @@ class AdaptiveGEPA(Teleprompter):
                            num_cpus=max(2, num_threads), route_memo=lambda: base._route_memo)
 
     def _proposal_options(self) -> dict[str, Any]:
-        return {"max_repair_attempts": self.max_repair_attempts, "proposal_format": self.proposal_format}
+        return {"max_repair_attempts": self.max_repair_attempts, "proposal_format": self.proposal_format,
+                "context_tokens": self.reflection_context_tokens}
 
     def _make_merger(self) -> MergeProposer | None:
         return MergeProposer(alignment=self.alignment, parent_copies=self.merge_parent_copies) \

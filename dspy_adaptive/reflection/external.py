@@ -116,7 +116,8 @@ class ProposerReflector(Reflector):
         if self.component_selector is None:
             return super().propose(parent, rows, results, history)
         images: list = []
-        traces = render_traces(rows, results, images)
+        self._local.trace_tokens = self.trace_tokens(parent, history)
+        traces = render_traces(rows, results, images, self._local.trace_tokens)
         self._local.images = images
         with self._selections_lock:
             state = SelectorState(self._selections)

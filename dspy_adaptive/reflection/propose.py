@@ -19,10 +19,11 @@ from dspy_adaptive.data import Row
 from dspy_adaptive.library import Library
 from dspy_adaptive.profiles import declared_profile
 from dspy_adaptive.records import ACTIONS, FailureKind, ProposalRecord, RowResult
+from dspy_adaptive.reflection import budget, structured
 from dspy_adaptive.reflection import signatures as sig
-from dspy_adaptive.reflection import structured
 from dspy_adaptive.reflection.boundaries import for_program_rewrite
 from dspy_adaptive.reflection.repair import (
+    ANSWER_CHARS,
     REPAIRABLE,
     Attempt,
     FinishWatch,
@@ -40,6 +41,17 @@ from dspy_adaptive.sandbox.allowlist import prompt_text
 from dspy_adaptive.usage import role
 
 ALLOWED = prompt_text()   # the sandbox policy's own allow-list and grammar, so the prompt cannot drift from them
+
+
+def _signature_text(signature: type[dspy.Signature]) -> str:
+    fields = signature.fields.values()
+    return signature.instructions + "".join(str((f.json_schema_extra or {}).get("desc", "")) for f in fields)
+
+
+#: The longest instructions + field descriptions of any reflection call (part of the prompt beside the traces).
+SIGNATURE_TEXT = max((_signature_text(s) for s in (sig.SelectAction, sig.ActivateSlot, sig.RewriteProgram,
+                                                   sig.RewriteDescription, sig.RewriteRouter)), key=len)
+ADAPTER_TOKENS = 800      # the adapter's own framing of a call (field headers, format instructions)
 
 
 @dataclass(frozen=True)
@@ -179,11 +191,14 @@ class Reflector:
             we render; see structured.py) or "auto" (code, then structured for a target once `auto_after`
             recent code proposals for it were rejected before the gate).
         auto_after: the rejections after which "auto" switches a target to structured.
+        context_tokens: the reflection LM's context window in tokens (None: read from the LM; see
+            `reflection.budget.context_window`). The traces get what the window leaves beside the rest of the
+            prompt and the answer (`trace_tokens`).
     """
 
     def __init__(self, reflection_lm: Any, *, input_names: Sequence[str], output_names: Sequence[str],
                  tools: Sequence[str] = (), max_repair_attempts: int = 1, proposal_format: str = "code",
-                 auto_after: int = 2):
+                 auto_after: int = 2, context_tokens: int | None = None):
         if proposal_format not in PROPOSAL_FORMATS:
             raise ValueError(f"proposal_format={proposal_format!r}: expected one of {', '.join(PROPOSAL_FORMATS)}")
         self.lm = reflection_lm
@@ -193,6 +208,7 @@ class Reflector:
         self.max_repair_attempts, self.proposal_format, self.auto_after = max_repair_attempts, proposal_format, \
             auto_after
         self.schedule = None  # a search.schedule.Schedule, when the caller wants the step record
+        self.context_tokens = context_tokens
         self.set_output_names(output_names)
         self.select = dspy.Predict(sig.SelectAction)
         self.activate = dspy.Predict(sig.ActivateSlot)
@@ -209,6 +225,24 @@ class Reflector:
         self.contract = program_contract(self.input_names, self.output_names or ("answer",), self.tools)
         self.spec_contract = structured.Contract(self.input_names, self.output_names or ("answer",), self.tools,
                                                  self.tool_args)
+
+    def window(self) -> int:
+        """The reflection LM's context window in tokens (`context_tokens`, else read from the LM)."""
+        return self.context_tokens or budget.context_window(self.lm)
+
+    def trace_tokens(self, parent: Library, history: Sequence[ProposalRecord] = ()) -> int:
+        """Tokens the minibatch's records may take in this proposal's calls: the window less the answer's
+        reserve and the largest rest-of-prompt any of its calls sends (instructions, contract, router, every
+        description, the longest program, the history and, with repairs on, a previous answer)."""
+        window = self.window()
+        sources = [s.program_source or "" for _, s in parent.items()]
+        contract = max(self.contract, structured.spec_contract_text(self.spec_contract), key=len)
+        rest = [SIGNATURE_TEXT, contract, parent.router, render_slots(parent), max(sources, key=len, default=""),
+                render_history(history), render_usage(parent, ())]
+        if self.max_repair_attempts:
+            rest.append("x" * ANSWER_CHARS)
+        fixed = budget.estimate_tokens("\n".join(rest)) + ADAPTER_TOKENS
+        return budget.trace_budget(window, budget.output_reserve(self.lm, window), fixed)
 
     def _call(self, predictor: dspy.Predict, note: RepairNote | None = None, adapter: Any = None,
               **kwargs: Any) -> dspy.Prediction:
@@ -252,7 +286,8 @@ class Reflector:
         """One proposal for `parent` from its minibatch `results` on `rows`; `history` is the recent
         proposals on its lineage (shown to action selection, and read by proposal_format="auto")."""
         images: list = []
-        traces = render_traces(rows, results, images)
+        self._local.trace_tokens = self.trace_tokens(parent, history)
+        traces = render_traces(rows, results, images, self._local.trace_tokens)
         self._local.images = images
         attempts: list[Attempt] = []
         try:
@@ -271,7 +306,8 @@ class Reflector:
                attempts: list[Attempt]) -> Edit:
         """The chosen edit, with repairs, as an Edit carrying every attempt."""
         if action == "rewrite_program":   # Table 6: no sibling descriptions, not even inside the router's trace
-            traces = render_traces(rows, for_program_rewrite(results))
+            traces = render_traces(rows, for_program_rewrite(results),
+                                   budget_tokens=getattr(self._local, "trace_tokens", None))
         fmt = self._format(action, slot, history)
         try:
             edit = with_repairs(action, lambda note: self._edit(parent, action, slot, traces, note, fmt),
