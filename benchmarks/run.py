@@ -26,6 +26,7 @@ and LiveBench-IF checkers are the real ones (pure Python, offline). Scores of sc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -71,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpo-generations", type=int, default=8, help="grpo: samples per prompt per update (paper: 8)")
     p.add_argument("--grpo-max-tokens", type=int, default=8192,
                    help="grpo: completion tokens per rollout and test answer (paper: the deep profile's 8,192)")
+    p.add_argument("--grpo-prompts", type=int, default=45,
+                   help="grpo: feedback prompts sampled per update (paper: 45, each --grpo-generations times)")
+    p.add_argument("--grpo-eval-every", type=int, default=5,
+                   help="grpo: validate the policy before training and every N updates (paper: 5)")
+    p.add_argument("--grpo-micro-batch", type=int, default=None,
+                   help="grpo: completions per forward/backward pass (default --grpo-generations); one update's "
+                        "rollouts are accumulated into one optimizer step")
     p.add_argument("--budget", type=int, default=18000,
                    help="nominal search budget in scored calls (max_metric_calls); per-family-fpa gives each "
                         "family budget/4; MoP keeps its native (~1k) schedule and reports what it used")
@@ -269,7 +277,8 @@ def build_program(method: str, spec: Mapping[str, Any], ctx: Context, roles: Rol
         return ProfileProgram(mop_from_spec(spec), roles.deep)
     if method == "grpo":
         from benchmarks.grpo import GRPOPolicy
-        return GRPOPolicy(spec["checkpoint"], max_new_tokens=spec.get("max_tokens", 8192))
+        return GRPOPolicy(spec["checkpoint"], max_new_tokens=spec.get("max_tokens", 8192),
+                          profile=spec.get("profile", "deep"))
     raise ValueError(method)
 
 
@@ -384,20 +393,22 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
             extra[fam] = {"budget": per_budget, "used": sub["budget_used"], "best_val": sub["best_val"]}
         payload = {"spec": {"module_srcs": srcs}, "budget_used": used, "extra": {"per_family": extra}}
     elif method == "grpo":
-        from benchmarks.grpo import require_grpo, run_grpo
+        from benchmarks.grpo import DecodeSettings, load_policy, require_grpo, run_grpo
         require_grpo()
         if not args.grpo_model:
             raise SystemExit("--method grpo needs --grpo-model (open weights: a Hugging Face id or a local path)")
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(args.grpo_model)
-        model = AutoModelForCausalLM.from_pretrained(args.grpo_model)
+        model, tokenizer = load_policy(args.grpo_model)     # refuses a large policy without a GPU, before loading
+        decode = DecodeSettings.for_profile("deep", args.grpo_max_tokens)
         run = run_grpo(model=model, tokenizer=tokenizer, trainset=mix.train, valset=mix.val, metric=ctx.metric,
                        budget=args.budget, out_dir=search_dir, num_generations=args.grpo_generations,
-                       max_completion_length=args.grpo_max_tokens, seed=args.seed)
-        payload = {"spec": {"checkpoint": run.checkpoint, "max_tokens": args.grpo_max_tokens},
+                       prompts_per_update=args.grpo_prompts, eval_every=args.grpo_eval_every, decode=decode,
+                       micro_batch=args.grpo_micro_batch, seed=args.seed)
+        payload = {"spec": {"checkpoint": run.checkpoint, "max_tokens": args.grpo_max_tokens, "profile": "deep"},
                    "budget_used": run.metric_calls,
-                   "extra": {"updates": run.schedule.updates, "validation": run.validation,
-                             "best_step": run.best_step}}
+                   "extra": {"updates": run.schedule.updates, "prompts_per_update": run.schedule.prompts_per_update,
+                             "generations": args.grpo_generations, "eval_every": run.schedule.eval_every,
+                             "decode": dataclasses.asdict(decode),
+                             "validation": run.validation, "best_step": run.best_step}}
     elif method == "mop":
         from benchmarks.baselines import DspyEmbedder
         run = run_mop(trainset=mix.train, valset=mix.val, metric=ctx.metric, reflection_lm=roles.reflection,
@@ -452,6 +463,9 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
     uncached = build_program(method, spec, ctx, ctx.roles.uncached())   # AIME attempts: cache off
     attempts = max(1, ctx.args.aime_attempts)
     items = [(ex, a) for ex in ctx.mixture.test for a in range(attempts if ex.family == "aime" else 1)]
+    for program, family_aime in ((cached, False), (uncached, True)):   # a local policy: batched on its device
+        if hasattr(program, "prefetch"):
+            program.prefetch([ex.request for ex, _ in items if (ex.family == "aime") == family_aime])
 
     def one(item):
         ex, attempt = item
@@ -492,6 +506,9 @@ def config_of(args: argparse.Namespace, sizes: Any, minibatch: int) -> dict:
             "scripted", "merge_cap", "merge_cadence", "merge_cap_counts", "merge_parent_copies", "reuse_scores",
             "max_concurrent_proposals")
     cfg = {k: getattr(args, k) for k in keys}
+    if args.method == "grpo":        # the paper's schedule (only for grpo: other runs keep their hash)
+        cfg.update(grpo_prompts=getattr(args, "grpo_prompts", 45), grpo_eval_every=getattr(args, "grpo_eval_every", 5),
+                   grpo_micro_batch=getattr(args, "grpo_micro_batch", None))
     if getattr(args, "feedback", "decomposed") != "decomposed":   # (only when set: older runs keep their hash)
         cfg["feedback"] = args.feedback
     if getattr(args, "selection_split", 0):
