@@ -92,8 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "with the paper's fast settings, dspy_adaptive.profiles_from)")
     p.add_argument("--deep-lm", help="deep execution profile: fallback P0, 'deep' specialists and the "
                                      "single-program baselines (default: --actor-lm with the paper's deep settings)")
-    p.add_argument("--embedder", help="MoP only: a dspy.Embedder model string; default a deterministic "
-                                      "offline hashed TF-IDF embedding")
+    p.add_argument("--embedder", help="MoP only: 'minilm' (sentence-transformers all-MiniLM-L6-v2 from the mop extra, "
+                                      "offline), 'hashed' (deterministic hashed TF-IDF), a local sentence-transformers "
+                                      "directory, or a dspy.Embedder model string; default minilm where the mop extra "
+                                      "is installed, else hashed")
     p.add_argument("--data", default="hf", help="'hf' (Hugging Face hub) or a directory of local JSONL files "
                                                "(e.g. ../shared/data)")
     p.add_argument("--out", help="output directory (results.json, labels.json, tables.md, search/, phases/)")
@@ -410,9 +412,9 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
                              "decode": dataclasses.asdict(decode),
                              "validation": run.validation, "best_step": run.best_step}}
     elif method == "mop":
-        from benchmarks.baselines import DspyEmbedder
+        from benchmarks.mop import embedder_for
         run = run_mop(trainset=mix.train, valset=mix.val, metric=ctx.metric, reflection_lm=roles.reflection,
-                      lm=roles.deep, embedder=DspyEmbedder(args.embedder) if args.embedder else None,
+                      lm=roles.deep, embedder=embedder_for(args.embedder),
                       num_threads=args.num_threads, seed=args.seed, progress=ctx.progress)
         payload = {"spec": run.spec, "budget_used": run.metric_calls, "extra": run.details}
     else:  # pragma: no cover
@@ -648,7 +650,7 @@ def run(args: argparse.Namespace) -> dict:
         "budget": {"nominal": args.budget, "used": search["budget_used"]},
         "config": config,
         "sizes": {f: list(s) for f, s in mixture.sizes().items()},
-        "notes": mixture.notes + [retrieval_note(retrieval)],
+        "notes": mixture.notes + [retrieval_note(retrieval)] + _method_notes(args.method, search),
         "retrieval": retrieval,
         "search": {k: v for k, v in search.items() if k != "spec"},
         "spec": search["spec"],
@@ -673,6 +675,17 @@ def run(args: argparse.Namespace) -> dict:
     (out / "tables.md").write_text(text, encoding="utf-8")
     print(text)
     return results
+
+
+def _method_notes(method: str, search: Mapping[str, Any]) -> list[str]:
+    """What a reader of Table 2 must know about how this method ran (MoP's embedding model)."""
+    if method != "mop":
+        return []
+    kind = (search.get("spec", {}).get("embedder") or {}).get("kind")
+    what = {"sentence_transformers": "sentence-transformers " + str(search["spec"]["embedder"].get("model")),
+            "hashed_tfidf": "hashed TF-IDF (the offline fallback: the mop extra is not installed)",
+            "dspy": "dspy.Embedder " + str((search["spec"]["embedder"] or {}).get("model"))}.get(kind, str(kind))
+    return [f"MoP embedded requests with {what} (the paper: a local Qwen3 embedding model)."]
 
 
 def _ifeval_checker():
