@@ -50,11 +50,22 @@ DEFAULT_MINIBATCH = 24
 #: cap of 50 accepted merges does not bind at 18,000 calls.
 PAPER_MERGE_CAP = 50
 #: --preset values (explicit flags win). "paper": the main run of the paper (Section 4.1, Appendices B, K, L).
+#: The paper's candidate budget (Appendix K: "The main run uses candidate budget 100").
+PAPER_MAX_CANDIDATES = 100
+#: How the PUPA judges run (--judge-settings): "server" leaves the judge LM as given (its server's defaults);
+#: "fast" / "deep" set the execution profile's thinking switch, temperature and token limit explicitly.
+JUDGE_SETTINGS = ("server", "fast", "deep")
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {"budget": 18000, "seed": 43, "minibatch_size": DEFAULT_MINIBATCH, "max_specialists": 5,
               "aime_attempts": AIME_ATTEMPTS, "merge_cap": PAPER_MERGE_CAP, "merge_cadence": 1,
               "merge_cap_counts": "accepted", "merge_parent_copies": "measure", "reuse_scores": False,
-              "max_concurrent_proposals": 1},
+              "max_concurrent_proposals": 1,
+              # two reflection calls per proposal, no repairs; what they produced goes to the gate (charged),
+              # an uncompilable or truncated program included (its requests run the fallback, as candidate 23's)
+              "max_repair_attempts": 0, "unusable_programs": "gate", "max_candidates": PAPER_MAX_CANDIDATES,
+              # the local Qwen3-8B judge set explicitly (the paper names only the model; we read it as the
+              # local endpoint's fast profile: thinking off, temperature 0.3, 4,096 tokens)
+              "judge_settings": "fast"},
 }
 
 
@@ -119,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(PRESETS),
                    help="a documented configuration; flags given explicitly still win. 'paper': the paper's main "
                         "run (budget 18,000, seed 43, minibatch 24, K=5, merges after every accepted reflective "
-                        "proposal, cap counts accepted merges, every scoring invocation charged, k=1)")
+                        "proposal, cap counts accepted merges, every scoring invocation charged, k=1, no repairs, "
+                        "truncated or uncompilable programs gated and charged, 100 candidates, the judge's "
+                        "settings explicit)")
     p.add_argument("--merge-cap", type=int, default=PAPER_MERGE_CAP,
                    help="AdaptiveGEPA max_merge_invocations (the paper does not state its cap; its main run "
                         "accepted 26 merges)")
@@ -134,6 +147,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "paper's accounting)")
     p.add_argument("--max-concurrent-proposals", type=int, default=1,
                    help="AdaptiveGEPA max_concurrent_proposals k (paper: sequential, 1)")
+    p.add_argument("--max-repair-attempts", type=int, default=1,
+                   help="AdaptiveGEPA max_repair_attempts: repair calls after a reflection answer is rejected before "
+                        "the gate (paper: 0, two reflection calls per proposal)")
+    p.add_argument("--unusable-programs", choices=("reject", "gate"), default="reject",
+                   help="AdaptiveGEPA unusable_programs: a truncated answer or a program the sandbox refuses is "
+                        "rejected before the gate (reject) or adopted and gated, charged, its requests running the "
+                        "fallback (gate: the paper)")
+    p.add_argument("--max-candidates", type=int, default=None,
+                   help="AdaptiveGEPA max_candidates: stop when the archive holds this many (paper: 100)")
+    p.add_argument("--reflection-context-tokens", type=int, default=None,
+                   help="the reflection LM's context window in tokens (default: litellm's model info, else 32,768)")
+    p.add_argument("--judge-settings", choices=JUDGE_SETTINGS, default="server",
+                   help="PUPA judges: 'server' (the judge LM as given: its server's defaults), or the 'fast' / 'deep' "
+                        "profile's thinking, temperature and token limit set explicitly (paper preset: fast)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--feedback", choices=("decomposed", "scalar"), default="decomposed",
                    help="metric feedback reflection reads: the families' decomposed text (default) or only the "
@@ -220,7 +247,7 @@ def make_roles(args: argparse.Namespace, world: ScriptedWorld | None) -> Roles:
         from dspy_adaptive.testing import scripted_lm
         fast, deep = profiles_from(scripted_lm(world.actor, model="scripted/actor"))
         return Roles(fast, deep, scripted_lm(world.reflection, model="scripted/reflection"),
-                     scripted_lm(world.judge, model="scripted/judge"),
+                     judge_lm(scripted_lm(world.judge, model="scripted/judge"), args),
                      scripted_lm(world.external, model="scripted/external"))
     missing = [o for o in ("actor_lm", "reflection_lm") if getattr(args, o) is None]
     if missing:
@@ -231,9 +258,30 @@ def make_roles(args: argparse.Namespace, world: ScriptedWorld | None) -> Roles:
     fast = make_lm(args.fast_lm, role="fast") if args.fast_lm else profiles.fast
     deep = make_lm(args.deep_lm, role="deep") if args.deep_lm else profiles.deep
     reflection = make_lm(args.reflection_lm, role="reflection")
-    judge = make_lm(args.judge_lm, role="judge") if args.judge_lm else actor
+    judge = judge_lm(make_lm(args.judge_lm, role="judge") if args.judge_lm else actor, args)
     external = make_lm(args.external_lm, role="external") if args.external_lm else reflection
     return Roles(fast, deep, reflection, judge, external)
+
+
+def judge_lm(lm: Any, args: argparse.Namespace) -> Any:
+    """The PUPA judge LM with --judge-settings applied (a profile's settings set explicitly, or as given)."""
+    settings = getattr(args, "judge_settings", "server")
+    if settings == "server" or not hasattr(lm, "copy") or not getattr(lm, "model", None):
+        return lm
+    from dspy_adaptive.profiles import profile_overrides
+    return lm.copy(**profile_overrides(str(lm.model), settings))
+
+
+def judge_record(lm: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What results.json says about how the judges ran."""
+    kwargs = dict(getattr(lm, "kwargs", None) or {})
+    extra = kwargs.get("extra_body") or {}
+    thinking = (extra.get("chat_template_kwargs") or {}).get("enable_thinking")
+    return {"model": str(getattr(lm, "model", lm)), "settings": getattr(args, "judge_settings", "server"),
+            "temperature": kwargs.get("temperature"), "max_tokens": kwargs.get("max_tokens"),
+            "thinking": thinking, "reasoning_effort": kwargs.get("reasoning_effort"),
+            "note": "server defaults for any value not set" if getattr(args, "judge_settings", "server") == "server"
+            else "set explicitly (the paper names only the model: its local Qwen3-8B)"}
 
 
 class ProfileProgram(dspy.Module):
@@ -357,7 +405,10 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
                            tools=ctx.tools, batch_sampler=FamilyBalancedSampler(), progress=ctx.progress,
                            use_merge=True, max_merge_invocations=args.merge_cap, merge_cadence=args.merge_cadence,
                            merge_cap_counts=args.merge_cap_counts, merge_parent_copies=args.merge_parent_copies,
-                           reuse_scores=args.reuse_scores, max_concurrent_proposals=args.max_concurrent_proposals)
+                           reuse_scores=args.reuse_scores, max_concurrent_proposals=args.max_concurrent_proposals,
+                           max_repair_attempts=args.max_repair_attempts, unusable_programs=args.unusable_programs,
+                           max_candidates=args.max_candidates,
+                           reflection_context_tokens=args.reflection_context_tokens)
         routed = opt.compile(SeedProgram(), trainset=mix.train, valset=mix.val)
         res = routed.detailed_results
         routed.close()
@@ -508,6 +559,10 @@ def config_of(args: argparse.Namespace, sizes: Any, minibatch: int) -> dict:
             "scripted", "merge_cap", "merge_cadence", "merge_cap_counts", "merge_parent_copies", "reuse_scores",
             "max_concurrent_proposals")
     cfg = {k: getattr(args, k) for k in keys}
+    for key, default in (("max_repair_attempts", 1), ("unusable_programs", "reject"), ("max_candidates", None),
+                         ("reflection_context_tokens", None), ("judge_settings", "server")):
+        if getattr(args, key, default) != default:        # (only when set: older runs keep their hash)
+            cfg[key] = getattr(args, key)
     if args.method == "grpo":        # the paper's schedule (only for grpo: other runs keep their hash)
         cfg.update(grpo_prompts=getattr(args, "grpo_prompts", 45), grpo_eval_every=getattr(args, "grpo_eval_every", 5),
                    grpo_micro_batch=getattr(args, "grpo_micro_batch", None))
@@ -652,10 +707,14 @@ def run(args: argparse.Namespace) -> dict:
         "sizes": {f: list(s) for f, s in mixture.sizes().items()},
         "notes": mixture.notes + [retrieval_note(retrieval)] + _method_notes(args.method, search),
         "retrieval": retrieval,
+        "judge": judge_record(ctx.roles.judge, args),
         "search": {k: v for k, v in search.items() if k != "spec"},
         "spec": search["spec"],
         "test": rows,
     }
+    if args.data == "hf":
+        from benchmarks.data import revisions_used
+        results["data_revisions"] = revisions_used()
     if selection is not None:
         results["selection"] = selection
     if args.method in ("adaptive", "mop", "oeo"):

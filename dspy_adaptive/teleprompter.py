@@ -246,6 +246,13 @@ class AdaptiveGEPA(Teleprompter):
             source is generated from it, so it always passes the sandbox policy; suits small local reflection
             models) or "auto" (code, switching a target to structured after 2 recent code proposals for it
             were rejected before the gate).
+        unusable_programs: "reject" (default: a reflection answer cut off at its token limit, or a program the
+            sandbox refuses or cannot compile, is rejected before the gate, or repaired) or "gate" (as the paper
+            ran: such an answer is adopted as written and the child goes to the minibatch gate, charged like any
+            other; requests routed to a program that does not compile run the frozen fallback). The proposal's
+            record says what was wrong with the adopted answer (`details.admitted`).
+        max_candidates: stop once the archive holds this many candidates, the seed included (the paper's
+            "candidate budget", 100); None: no cap. Like the budget, it may change on resume.
         reflection_context_tokens: the reflection LM's context window in tokens; None reads it from the LM
             (a local engine's n_ctx, litellm's model info, else 32,768). What reflection reads of the feedback
             minibatch (requests, steps, outputs, feedback) is fitted into what the window leaves beside the
@@ -310,6 +317,8 @@ class AdaptiveGEPA(Teleprompter):
         max_repair_attempts: int = 1,
         proposal_format: str = "code",
         reflection_context_tokens: int | None = None,
+        unusable_programs: str = "reject",
+        max_candidates: int | None = None,
         executor: str | None = None,
         address: str | None = None,
     ):
@@ -434,6 +443,14 @@ class AdaptiveGEPA(Teleprompter):
             raise InputError("reflection_context_tokens must be an integer >= 2048 (the reflection LM's context "
                              f"window in tokens) or None to read it from the LM, got {reflection_context_tokens!r}")
         self.reflection_context_tokens = reflection_context_tokens
+        if unusable_programs not in ("reject", "gate"):
+            raise InputError(f"unusable_programs must be 'reject' or 'gate', got {unusable_programs!r}")
+        self.unusable_programs = unusable_programs
+        if max_candidates is not None and (isinstance(max_candidates, bool) or not isinstance(max_candidates, int)
+                                           or max_candidates < 2):
+            raise InputError(f"max_candidates must be an integer >= 2 (the seed and one more) or None, got "
+                             f"{max_candidates!r}")
+        self.max_candidates = max_candidates
         if executor is None:
             executor = "ray" if address is not None else "threads"
         if executor not in ("threads", "ray"):
@@ -503,7 +520,7 @@ class AdaptiveGEPA(Teleprompter):
             max_merge_invocations=self.max_merge_invocations, merge_cadence=self.merge_cadence,
             merge_cap_counts=self.merge_cap_counts, merge_parent_copies=self.merge_parent_copies,
             max_concurrent_proposals=self.max_concurrent_proposals, max_idle_iterations=self.max_idle_iterations,
-            fold_order=self.fold_order)
+            fold_order=self.fold_order, max_candidates=self.max_candidates)
         s = self.sandbox_settings
         base = RoutedProgram(student, Library.empty(self.max_specialists), fast_lm=self.fast_lm,
                              deep_lm=self.deep_lm, tools=self.tools, input_names=input_keys(train))
@@ -629,7 +646,7 @@ class AdaptiveGEPA(Teleprompter):
 
     def _proposal_options(self) -> dict[str, Any]:
         return {"max_repair_attempts": self.max_repair_attempts, "proposal_format": self.proposal_format,
-                "context_tokens": self.reflection_context_tokens}
+                "context_tokens": self.reflection_context_tokens, "unusable_programs": self.unusable_programs}
 
     def _make_merger(self) -> MergeProposer | None:
         return MergeProposer(alignment=self.alignment, parent_copies=self.merge_parent_copies) \
@@ -666,11 +683,13 @@ class AdaptiveGEPA(Teleprompter):
             program_state = repr(student)
         # what the search does with these rows (the budget's size and the idle limit may change on resume)
         # (seed=None draws a seed per compile: a rerun resumes with the run's own seed, kept in its state)
-        skip = ("max_idle_iterations", "seed") if self.seed is None else ("max_idle_iterations",)
+        skip = ("max_idle_iterations", "max_candidates") + (("seed",) if self.seed is None else ())
         config = {k: v for k, v in settings.to_dict().items() if k not in skip}
         config.update(failure_score=self.failure_score, alignment=self.alignment, reuse_scores=self.reuse_scores)
         if self.add_format_failure_as_feedback:   # (only when set: older runs keep their fingerprint)
             config["format_failure_feedback"] = True
+        if self.unusable_programs != "reject":
+            config["unusable_programs"] = self.unusable_programs
         payload = {
             "program": type(student).__qualname__, "program_state": program_state, "config": config,
             "max_specialists": self.max_specialists, "candidate_selection": self.candidate_selection_strategy,

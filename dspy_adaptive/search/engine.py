@@ -63,6 +63,7 @@ class SearchSettings:
     max_concurrent_proposals: int = 1
     fold_order: str = "start"                # k > 1: "start" (reproducible) or "completion" (see _run_concurrent)
     max_idle_iterations: int = 20
+    max_candidates: int | None = None        # stop once the archive holds this many (the seed included)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,6 +147,9 @@ class SearchEngine:
         reason = self.budget.cost_stop_reason()
         if reason is not None:
             self.stop_reason = reason
+            return False
+        if self.s.max_candidates is not None and len(self.archive) >= self.s.max_candidates:
+            self.stop_reason = f"candidate cap reached: {len(self.archive)} candidates (max_candidates)"
             return False
         if self.idle_iterations >= self.s.max_idle_iterations:
             self.stop_reason = (f"stalled: {self.idle_iterations} iterations in a row spent no budget (parents "
