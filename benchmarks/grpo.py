@@ -356,6 +356,7 @@ class GRPOPolicy(dspy.Module):
 
     _loaded: dict[str, tuple[Any, Any]] = {}
     _load_lock = threading.Lock()
+    _device_lock = threading.Lock()      # one generation at a time on the shared weights
 
     def __init__(self, checkpoint: str, max_new_tokens: int = 8192, profile: str = "deep", batch_size: int = 16):
         super().__init__()
@@ -370,7 +371,8 @@ class GRPOPolicy(dspy.Module):
         self._lock = threading.Lock()
 
     def prefetch(self, requests: Sequence[str]) -> None:
-        texts = generate(self.model, self.tokenizer, list(requests), self.decode, self.batch_size)
+        with GRPOPolicy._device_lock:
+            texts = generate(self.model, self.tokenizer, list(requests), self.decode, self.batch_size)
         with self._lock:
             for request, text in zip(requests, texts):
                 self._ready.setdefault(request, []).append(text)
@@ -381,7 +383,7 @@ class GRPOPolicy(dspy.Module):
             ready = self._ready.get(request)
             text = ready.pop(0) if ready else None
         if text is None:
-            with self._lock:             # one generation at a time on the device
+            with GRPOPolicy._device_lock:
                 text = generate(self.model, self.tokenizer, [request], self.decode, 1)[0]
         return dspy.Prediction(**{OUTPUT_FIELD: parse_response(text)})
 
