@@ -21,49 +21,24 @@
 * ``per-family-fpa``: four GEPA-FPA runs at budget/4, one per family's own train/val split, combined
   into a `LabelRoutedProgram` that picks the family's program by the TRUE hidden ``family`` label. It
   is a reference that sees labels at inference (the paper's "oracle routing"), used only at test time.
-* ``mop``: Mixture-of-Prompts (Wang et al., 2024), as the paper's Appendix D reproduces it:
-    - embedding: a deterministic offline hashed TF-IDF vector (word unigrams + bigrams hashed into
-      ``dim`` buckets with sha1, smoothed IDF fitted on the train+val requests, L2-normalised), or a
-      `dspy.Embedder(model)` when an embedding model string is given (the paper used a local Qwen3
-      embedding model in place of MoP's hosted encoder);
-    - clustering: `scipy.cluster.vq.kmeans2` with a seeded k-means++ init for K = 2..min(5, n-1);
-      K is chosen by the highest mean silhouette coefficient (cosine distance on the normalised
-      vectors); K = 1 when there are too few requests or no K has a positive silhouette;
-    - routing: nearest centroid (cosine);
-    - demonstrations (MoP's demo assignment): each expert's demos come from its own region, the training
-      requests of its cluster that have a single gold output string (an ``answer`` field: HotpotQA and
-      AIME); PUPA and LiveBench-IF requests join clustering and routing but give no demonstrations;
-    - APE instruction induction: the reflection (proposal) LM reads input -> gold output pairs of the
-      region (requests alone where a region has no gold strings) and writes the instruction that would
-      produce them, ``num_candidates`` times;
-    - region-based joint search (RBJS): every (instruction, demonstrations) pair of the region (the seed
-      instruction and the induced ones, each with the region's demos and without) is scored on the
-      region's validation rows; the best mean wins (ties -> the earlier pair: seed first, no demos first);
-    - native budget: every program run + metric call above counts as a scored call and is reported;
-      with the paper's sizes this is about 1k calls, independent of ``--budget``.
-  Remaining differences from the paper's run: the default embedding is hashed TF-IDF (pass --embedder for
-  a real embedding model; none ships offline), and MoP's own prompt templates are paraphrased.
+* ``mop``: Mixture-of-Prompts (Wang et al., 2024) following the official procedure (K-means-auto with the
+  penalised inertia, demos per expert = total / N, instruction candidates from the other regions' demos in
+  one shared pool kept by APE score, region-based joint search with the region's demos): `benchmarks.mop`.
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
 import random
-import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import dspy
-import numpy as np
 
-from dspy_adaptive.program.routed import PredictorBridge, RouteRecord, bridged_predictor, normalise_tools
-from dspy_adaptive.program.scoring import score_example
-from dspy_adaptive.reflection.traces import field_lines
+from dspy_adaptive.program.routed import PredictorBridge, bridged_predictor, normalise_tools
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, attach_tool_calls, compile_program
 from dspy_adaptive.sandbox.allowlist import prompt_text
-from dspy_adaptive.tasks import INPUT_FIELD, OUTPUT_FIELD
 from dspy_adaptive.tasks.programs import GenericTask, SeedProgram
 
 # -----------------------------------------------------------------------------------------------
@@ -259,264 +234,23 @@ class LabelRoutedProgram(dspy.Module):
 
 
 # -----------------------------------------------------------------------------------------------
-# MoP
+# MoP: benchmarks.mop (re-exported here)
 # -----------------------------------------------------------------------------------------------
 
-_TOKEN = re.compile(r"[a-z0-9]+")
-
-
-class HashedTfidfEmbedder:
-    """Deterministic offline embedding: hashed word uni+bigrams, smoothed IDF, L2-normalised."""
-
-    def __init__(self, dim: int = 512, idf: Sequence[float] | None = None):
-        self.dim = dim
-        self.idf = np.asarray(idf, dtype=float) if idf is not None else None
-
-    def _counts(self, text: str) -> np.ndarray:
-        toks = _TOKEN.findall(str(text).lower())
-        grams = toks + [f"{a} {b}" for a, b in zip(toks, toks[1:])]
-        v = np.zeros(self.dim)
-        for g in grams:
-            v[int(hashlib.sha1(g.encode()).hexdigest()[:8], 16) % self.dim] += 1.0
-        return v
-
-    def fit(self, texts: Sequence[str]) -> "HashedTfidfEmbedder":
-        df = np.zeros(self.dim)
-        for t in texts:
-            df += self._counts(t) > 0
-        self.idf = np.log((1 + len(texts)) / (1 + df)) + 1.0
-        return self
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        if self.idf is None:
-            raise RuntimeError("HashedTfidfEmbedder.fit() must run first")
-        X = np.stack([np.log1p(self._counts(t)) * self.idf for t in texts]) if texts else np.zeros((0, self.dim))
-        return _normalise(X)
-
-    def state(self) -> dict[str, Any]:
-        return {"kind": "hashed_tfidf", "dim": self.dim, "idf": [float(x) for x in self.idf]}
-
-
-class DspyEmbedder:
-    """`dspy.Embedder(model)` (e.g. a litellm embedding model string), L2-normalised."""
-
-    def __init__(self, model: str):
-        self.model = model
-        self._embedder = dspy.Embedder(model)
-
-    def fit(self, texts: Sequence[str]) -> "DspyEmbedder":
-        return self
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        return _normalise(np.asarray(self._embedder(list(texts)), dtype=float))
-
-    def state(self) -> dict[str, Any]:
-        return {"kind": "dspy", "model": self.model}
-
-
-def make_embedder(state: Mapping[str, Any]) -> Any:
-    if state["kind"] == "dspy":
-        return DspyEmbedder(state["model"])
-    return HashedTfidfEmbedder(state["dim"], state["idf"])
-
-
-def _normalise(X: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(X, axis=1, keepdims=True)
-    return X / np.where(n == 0, 1.0, n)
-
-
-def silhouette(X: np.ndarray, labels: np.ndarray) -> float:
-    """Mean silhouette coefficient with cosine distance (rows of X are unit vectors)."""
-    D = np.clip(1.0 - X @ X.T, 0.0, 2.0)
-    ks = np.unique(labels)
-    if len(ks) < 2:
-        return -1.0
-    s = []
-    for i in range(len(X)):
-        same = labels == labels[i]
-        if same.sum() <= 1:
-            s.append(0.0)
-            continue
-        a = D[i, same].sum() / (same.sum() - 1)
-        b = min(D[i, labels == k].mean() for k in ks if k != labels[i])
-        s.append((b - a) / max(a, b) if max(a, b) > 0 else 0.0)
-    return float(np.mean(s))
-
-
-def choose_clusters(X: np.ndarray, max_k: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict[int, float]]:
-    """(centroids, labels, silhouette per K). K in 2..min(max_k, n-1) by best silhouette; else K=1."""
-    from scipy.cluster.vq import kmeans2
-
-    n = len(X)
-    scores: dict[int, float] = {}
-    best = None
-    for k in range(2, min(max_k, n - 1) + 1):
-        cents, labels = kmeans2(X, k, minit="++", seed=np.random.default_rng(seed + k), iter=50)
-        if len(np.unique(labels)) < k:
-            continue
-        cents = _normalise(cents)
-        labels = np.argmax(X @ cents.T, axis=1)           # nearest centroid (cosine), as routing does
-        if len(np.unique(labels)) < k:
-            continue
-        scores[k] = silhouette(X, labels)
-        if scores[k] > 0 and (best is None or scores[k] > best[0]):
-            best = (scores[k], cents, labels)
-    if best is None:
-        cent = _normalise(X.mean(axis=0, keepdims=True)) if n else np.zeros((1, X.shape[1] if X.ndim == 2 else 1))
-        return cent, np.zeros(n, dtype=int), scores
-    return best[1], best[2], scores
-
-
-class ProposeInstruction(dspy.Signature):
-    """APE instruction induction. I gave a friend an instruction and some inputs. The friend read the
-    instruction and wrote an output for every one of the inputs. Here are the input-output pairs (where
-    no reference output exists, only the inputs). Write the instruction: one general instruction that
-    would make a language model produce such outputs for inputs like these (what to do, what procedure
-    helps, and the answer format). Do not copy example-specific answers into it."""
-
-    examples: str = dspy.InputField(desc="input-output pairs of this group of requests")
-    candidate_number: str = dspy.InputField(desc="which of several independent proposals this is")
-    instruction: str = dspy.OutputField(desc="the instruction")
-
-
-def demo_output(example: Any) -> str | None:
-    """A training request's single gold output string (its ``answer``), or None (PUPA, LiveBench-IF)."""
-    answer = example.get("answer") if hasattr(example, "get") else None
-    return None if answer is None else str(answer)
-
-
-class MoPProgram(dspy.Module):
-    """Nearest-centroid router over per-cluster experts: P0's single predictor with the expert's instruction
-    and demonstrations.
-
-    The executed cluster is recorded as a `RouteRecord` on the prediction (`route_of(pred).executed`,
-    1-based cluster number) so routing agreement can be measured like Adaptive-GEPA's.
-    """
-
-    def __init__(self, embedder: Any, centroids: np.ndarray, instructions: Sequence[str],
-                 demos: Sequence[Sequence[Mapping[str, str]]] | None = None):
-        super().__init__()
-        self.embedder = embedder
-        self.centroids = np.asarray(centroids, dtype=float)
-        self.instructions = list(instructions)
-        self.demos = [list(d) for d in (demos or [[] for _ in self.instructions])]
-        self.experts = [_expert(t, d) for t, d in zip(self.instructions, self.demos)]
-
-    def cluster_of(self, request: str) -> int:
-        return int(np.argmax(self.embedder([request]) @ self.centroids.T, axis=1)[0])
-
-    def forward(self, request: str) -> dspy.Prediction:
-        k = self.cluster_of(request)
-        pred = dspy.Prediction(response=self.experts[k](request=request).response)
-        object.__setattr__(pred, "_adaptive_route", RouteRecord(k + 1, k + 1, str(k + 1), None))
-        return pred
-
-
-def _expert(instruction: str, demos: Sequence[Mapping[str, str]]) -> dspy.Predict:
-    predictor = dspy.Predict(GenericTask.with_instructions(instruction))
-    predictor.demos = [dspy.Example(request=d["request"], response=d["response"]) for d in demos]
-    return predictor
-
-
-@dataclass
-class MoPRun:
-    program: MoPProgram
-    spec: dict[str, Any]
-    metric_calls: int
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-def _responding(predictor: dspy.Module) -> Callable[..., dspy.Prediction]:
-    """An expert program: the predictor's `response` only."""
-    return lambda **kw: dspy.Prediction(response=predictor(**kw).response)
-
-
-def _evaluate(program: Callable, rows: Sequence[dspy.Example], metric: Callable, num_threads: int,
-              desc: str) -> list[tuple[float, str, str]]:
-    """(score, feedback, output) per row, scored by `score_example`: a failed run or metric scores 0."""
-    def one(ex):
-        r = score_example(program, ex, metric)
-        return r.score, r.feedback, (r.output or {}).get(OUTPUT_FIELD, "")
-
-    if not rows:
-        return []
-    from dspy.utils.parallelizer import ParallelExecutor
-    return ParallelExecutor(num_threads=num_threads, disable_progress_bar=True).execute(one, list(rows))
-
-
-def _ape_examples(region: Sequence[dspy.Example], rng: random.Random, n: int) -> str:
-    """Input -> output pairs for APE-style instruction induction, quoted as the reflection prompt quotes
-    texts (reflection.traces.field_lines), so no text can forge another example or an instruction."""
-    rows = rng.sample(list(region), min(n, len(region)))
-    parts = []
-    for i, ex in enumerate(rows):
-        out = demo_output(ex)
-        lines = [f"### Example {i + 1}"] + field_lines("Input", ex[INPUT_FIELD], indent="", limit=1500)
-        if out is not None:
-            lines += field_lines("Output", out, indent="", limit=800)
-        parts.append("\n".join(lines))
-    return "\n\n".join(parts) or "(no examples)"
-
-
-def run_mop(*, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example], metric: Callable,
-            reflection_lm: Any, lm: Any, embedder: Any = None, max_k: int = 5, num_candidates: int = 3,
-            induce_rows: int = 8, max_demos: int = 4, num_threads: int = 1, seed: int = 0,
-            progress: bool = True) -> MoPRun:
-    """MoP as reproduced in the module docstring. `lm` runs the experts (global profile); `reflection_lm`
-    induces instructions (APE)."""
-    from tqdm.auto import tqdm
-
-    embedder = embedder or HashedTfidfEmbedder()
-    embedder.fit([ex[INPUT_FIELD] for ex in list(trainset) + list(valset)])
-    X = embedder([ex[INPUT_FIELD] for ex in trainset])
-    cents, train_labels, sil = choose_clusters(X, max_k=max_k, seed=seed)
-    K = len(cents)
-    val_labels = np.argmax(embedder([ex[INPUT_FIELD] for ex in valset]) @ cents.T, axis=1) if valset else []
-    seed_instruction = GenericTask.instructions
-    proposer = dspy.Predict(ProposeInstruction)
-    calls = 0
-    chosen, chosen_demos = [], []
-    details: dict[str, Any] = {"k": K, "silhouette": {str(k): v for k, v in sil.items()}, "clusters": []}
-    rng = random.Random(seed)
-    with dspy.context(lm=lm):
-        for c in tqdm(range(K), desc="MoP clusters", disable=not progress):
-            tr = [ex for ex, label in zip(trainset, train_labels) if label == c]
-            va = [ex for ex, label in zip(valset, val_labels) if label == c]
-            gold = [ex for ex in tr if demo_output(ex) is not None]
-            demos = [{"request": ex[INPUT_FIELD], "response": demo_output(ex)}
-                     for ex in rng.sample(gold, min(max_demos, len(gold)))]
-            instructions = [seed_instruction]
-            for j in range(num_candidates):                                        # APE induction
-                try:
-                    with dspy.context(lm=reflection_lm, trace=None):
-                        out = proposer(examples=_ape_examples(gold or tr, rng, induce_rows),
-                                       candidate_number=f"{j + 1} of {num_candidates}")
-                    ins = str(out.instruction or "").strip()
-                    if ins and ins not in instructions:
-                        instructions.append(ins)
-                except Exception:  # noqa: BLE001 - an unusable proposal is skipped
-                    continue
-            pairs = [(ins, d) for ins in instructions for d in ([[]] + ([demos] if demos else []))]
-            means = []
-            for ins, d in pairs:                                                   # region-based joint search
-                res = _evaluate(_responding(_expert(ins, d)), va, metric, num_threads, "select")
-                calls += len(va)
-                means.append(sum(r[0] for r in res) / len(res) if res else 0.0)
-            best = max(range(len(pairs)), key=lambda i: (means[i], -i))
-            chosen.append(pairs[best][0])
-            chosen_demos.append(pairs[best][1])
-            details["clusters"].append({"cluster": c + 1, "train": len(tr), "val": len(va), "gold_demos": len(gold),
-                                        "candidates": [{"instruction": ins, "demos": len(d)} for ins, d in pairs],
-                                        "val_means": means, "chosen": best})
-    program = MoPProgram(embedder, cents, chosen, chosen_demos)
-    spec = {"embedder": embedder.state(), "centroids": cents.tolist(), "instructions": chosen,
-            "demos": chosen_demos}
-    return MoPRun(program, spec, calls, details)
-
-
-def mop_from_spec(spec: Mapping[str, Any]) -> MoPProgram:
-    return MoPProgram(make_embedder(spec["embedder"]), np.asarray(spec["centroids"]), spec["instructions"],
-                      spec.get("demos"))
+from benchmarks.mop import (  # noqa: E402
+    DspyEmbedder,
+    HashedTfidfEmbedder,
+    MoPProgram,
+    MoPRun,
+    ProposeInstruction,
+    SentenceTransformerEmbedder,
+    choose_k,
+    demo_output,
+    embedder_for,
+    make_embedder,
+    mop_from_spec,
+    run_mop,
+)
 
 
 def seed_program() -> SeedProgram:
@@ -524,5 +258,5 @@ def seed_program() -> SeedProgram:
 
 
 __all__ = ["DspyEmbedder", "FPARun", "GepaBatchSampler", "HashedTfidfEmbedder", "LabelRoutedProgram", "MoPProgram",
-           "MoPRun", "ProposeInstruction", "SANDBOX_NOTE", "SandboxedFlex", "choose_clusters", "demo_output",
-           "make_embedder", "mop_from_spec", "run_gepa_fpa", "run_mop", "seed_program", "silhouette"]
+           "MoPRun", "ProposeInstruction", "SANDBOX_NOTE", "SandboxedFlex", "SentenceTransformerEmbedder", "choose_k",
+           "demo_output", "embedder_for", "make_embedder", "mop_from_spec", "run_gepa_fpa", "run_mop", "seed_program"]

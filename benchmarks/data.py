@@ -38,18 +38,21 @@ LiveBench-IF have enough rows for the paper's sizes.
 
 Sources (`source="hf"`, needs the hub; isolated in `_hf_*` functions; revisions in `HF_SOURCES`):
 
-* `hotpotqa/hotpot_qa`, config `distractor`, splits `train` / `validation` (dev). CC BY-SA 4.0.
+* `hotpotqa/hotpot_qa`, config `distractor`, splits `train` / `validation` (dev), revision
+  `1908d6afbbead072334abe2965f91bd2709910ab`. CC BY-SA 4.0.
 * `AI-MO/aimo-validation-aime` (split `train`, AIME 2022–2024), revision
   `13f9e12f613e720c2a2b2f345dd04b998a29494d`; `MathArena/aime_2025` (split `train`), revision
   `c94da77eb22bbd6439e62a323bec18493a421302` (CC BY-NC-SA 4.0). Both pins are the snapshots the
   local sample was verified against (../shared/data/SOURCES.md).
 * `Columbia-NLP/PUPA`, config `pupa_new`, split `train` (664 rows; the paper's 443-row pool is
-  taken as its first 443 positions). MIT.
-* `livebench/instruction_following`, split `test`; releases by `livebench_release_date`
-  2024-06-24 (rotated out 2024-11-25) and 2024-11-25.
-The paper used a "frozen parquet snapshot" whose revisions it does not publish; for HotpotQA,
-PUPA and LiveBench-IF `HF_SOURCES` therefore says `revision=None` (the hub's current main):
-pin one with `revisions={"pupa": "<sha>", ...}` and record it with the run.
+  taken as its first 443 positions), revision `9981b49b6ced0033988a224b6712895ebf119294`. MIT.
+* `livebench/instruction_following`, split `test`, revision `0868379c4b5cf62aeacaf8be4f08fced815c81bb`;
+  releases by `livebench_release_date` 2024-06-24 (rotated out 2024-11-25) and 2024-11-25.
+The paper used a "frozen parquet snapshot" whose revisions it does not publish. Every source is therefore
+pinned here to a snapshot that public reproductions pin too (HotpotQA's and LiveBench-IF's by several
+independent repositories, with the parquet files' sha256; PUPA's at the revision whose `PUPA_New.csv` has the
+sha256 of the local sample, ../shared/data/SOURCES.md), so a run loads the same rows whenever it runs;
+`revisions={"pupa": "<sha>", ...}` overrides a pin, and `benchmarks.run` records the revisions it loaded.
 
 Local directory (`source="local"`): JSONL files in the schema of ../shared/data (see its
 SOURCES.md): `hotpotqa.jsonl` (dev; optional `hotpotqa_train.jsonl`), `aime.jsonl`,
@@ -88,13 +91,16 @@ LIVEBENCH_FEEDBACK_RELEASE = "2024-06-24"
 LIVEBENCH_EVAL_RELEASE = "2024-11-25"
 
 HF_SOURCES: dict[str, dict[str, Any]] = {
-    "hotpotqa": {"path": "hotpotqa/hotpot_qa", "name": "distractor", "revision": None},
+    "hotpotqa": {"path": "hotpotqa/hotpot_qa", "name": "distractor",
+                 "revision": "1908d6afbbead072334abe2965f91bd2709910ab"},
     "aime_trainval": {"path": "AI-MO/aimo-validation-aime", "name": None, "split": "train",
                       "revision": "13f9e12f613e720c2a2b2f345dd04b998a29494d"},
     "aime_test": {"path": "MathArena/aime_2025", "name": None, "split": "train",
                   "revision": "c94da77eb22bbd6439e62a323bec18493a421302"},
-    "pupa": {"path": "Columbia-NLP/PUPA", "name": "pupa_new", "split": "train", "revision": None},
-    "livebench_if": {"path": "livebench/instruction_following", "name": None, "split": "test", "revision": None},
+    "pupa": {"path": "Columbia-NLP/PUPA", "name": "pupa_new", "split": "train",
+             "revision": "9981b49b6ced0033988a224b6712895ebf119294"},
+    "livebench_if": {"path": "livebench/instruction_following", "name": None, "split": "test",
+                     "revision": "0868379c4b5cf62aeacaf8be4f08fced815c81bb"},
 }
 LOCAL_FILES = {"hotpotqa": "hotpotqa.jsonl", "aime": "aime.jsonl", "pupa": "pupa.jsonl",
                "livebench_if": "livebench_if.jsonl"}
@@ -472,6 +478,13 @@ def _hf_load(path: str, name: str | None, split: str | None, revision: str | Non
                         f"revision={revision!r}): {e}. Without hub access use source='local' with data_dir=.") from e
 
 
+def revisions_used(overrides: Mapping[str, str | None] | None = None) -> dict[str, dict[str, Any]]:
+    """{source: {"path", "revision"}} a source="hf" load reads (the pins of HF_SOURCES, or `overrides`)."""
+    overrides = dict(overrides or {})
+    return {key: {"path": spec["path"], "revision": overrides.get(key, spec["revision"])}
+            for key, spec in HF_SOURCES.items()}
+
+
 def load_family(family: str, source: str = "local", data_dir: str | Path | None = None, seed: int = DEFAULT_SEED,
                 sizes: Sequence[int] | None = None, revisions: Mapping[str, str | None] | None = None) -> FamilySplits:
     """Load one family's train/val/test splits (see the module docstring for the protocol)."""
@@ -548,5 +561,6 @@ def load_mixture(source: str = "local", data_dir: str | Path | None = None, seed
 
 __all__ = ["AIME_SHUFFLE_SEED", "DEFAULT_SEED", "DataError", "FamilySplits", "HF_SOURCES", "LOCAL_FILES",
            "Mixture", "PAPER_SIZES", "SplitError", "balanced_quotas", "default_data_dir", "example_id",
-           "livebench_article", "load_family", "load_mixture", "make_example", "scale_sizes", "split_aime",
+           "livebench_article", "load_family", "load_mixture", "make_example", "revisions_used", "scale_sizes",
+           "split_aime",
            "split_hotpotqa", "split_livebench_if", "split_paragraphs", "split_pupa"]

@@ -26,6 +26,7 @@ and LiveBench-IF checkers are the real ones (pure Python, offline). Scores of sc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -49,11 +50,22 @@ DEFAULT_MINIBATCH = 24
 #: cap of 50 accepted merges does not bind at 18,000 calls.
 PAPER_MERGE_CAP = 50
 #: --preset values (explicit flags win). "paper": the main run of the paper (Section 4.1, Appendices B, K, L).
+#: The paper's candidate budget (Appendix K: "The main run uses candidate budget 100").
+PAPER_MAX_CANDIDATES = 100
+#: How the PUPA judges run (--judge-settings): "server" leaves the judge LM as given (its server's defaults);
+#: "fast" / "deep" set the execution profile's thinking switch, temperature and token limit explicitly.
+JUDGE_SETTINGS = ("server", "fast", "deep")
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {"budget": 18000, "seed": 43, "minibatch_size": DEFAULT_MINIBATCH, "max_specialists": 5,
               "aime_attempts": AIME_ATTEMPTS, "merge_cap": PAPER_MERGE_CAP, "merge_cadence": 1,
               "merge_cap_counts": "accepted", "merge_parent_copies": "measure", "reuse_scores": False,
-              "max_concurrent_proposals": 1},
+              "max_concurrent_proposals": 1,
+              # two reflection calls per proposal, no repairs; what they produced goes to the gate (charged),
+              # an uncompilable or truncated program included (its requests run the fallback, as candidate 23's)
+              "max_repair_attempts": 0, "unusable_programs": "gate", "max_candidates": PAPER_MAX_CANDIDATES,
+              # the local Qwen3-8B judge set explicitly (the paper names only the model; we read it as the
+              # local endpoint's fast profile: thinking off, temperature 0.3, 4,096 tokens)
+              "judge_settings": "fast"},
 }
 
 
@@ -71,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpo-generations", type=int, default=8, help="grpo: samples per prompt per update (paper: 8)")
     p.add_argument("--grpo-max-tokens", type=int, default=8192,
                    help="grpo: completion tokens per rollout and test answer (paper: the deep profile's 8,192)")
+    p.add_argument("--grpo-prompts", type=int, default=45,
+                   help="grpo: feedback prompts sampled per update (paper: 45, each --grpo-generations times)")
+    p.add_argument("--grpo-eval-every", type=int, default=5,
+                   help="grpo: validate the policy before training and every N updates (paper: 5)")
+    p.add_argument("--grpo-micro-batch", type=int, default=None,
+                   help="grpo: completions per forward/backward pass (default --grpo-generations); one update's "
+                        "rollouts are accumulated into one optimizer step")
     p.add_argument("--budget", type=int, default=18000,
                    help="nominal search budget in scored calls (max_metric_calls); per-family-fpa gives each "
                         "family budget/4; MoP keeps its native (~1k) schedule and reports what it used")
@@ -84,8 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "with the paper's fast settings, dspy_adaptive.profiles_from)")
     p.add_argument("--deep-lm", help="deep execution profile: fallback P0, 'deep' specialists and the "
                                      "single-program baselines (default: --actor-lm with the paper's deep settings)")
-    p.add_argument("--embedder", help="MoP only: a dspy.Embedder model string; default a deterministic "
-                                      "offline hashed TF-IDF embedding")
+    p.add_argument("--embedder", help="MoP only: 'minilm' (sentence-transformers all-MiniLM-L6-v2 from the mop extra, "
+                                      "offline), 'hashed' (deterministic hashed TF-IDF), a local sentence-transformers "
+                                      "directory, or a dspy.Embedder model string; default minilm where the mop extra "
+                                      "is installed, else hashed")
     p.add_argument("--data", default="hf", help="'hf' (Hugging Face hub) or a directory of local JSONL files "
                                                "(e.g. ../shared/data)")
     p.add_argument("--out", help="output directory (results.json, labels.json, tables.md, search/, phases/)")
@@ -109,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(PRESETS),
                    help="a documented configuration; flags given explicitly still win. 'paper': the paper's main "
                         "run (budget 18,000, seed 43, minibatch 24, K=5, merges after every accepted reflective "
-                        "proposal, cap counts accepted merges, every scoring invocation charged, k=1)")
+                        "proposal, cap counts accepted merges, every scoring invocation charged, k=1, no repairs, "
+                        "truncated or uncompilable programs gated and charged, 100 candidates, the judge's "
+                        "settings explicit)")
     p.add_argument("--merge-cap", type=int, default=PAPER_MERGE_CAP,
                    help="AdaptiveGEPA max_merge_invocations (the paper does not state its cap; its main run "
                         "accepted 26 merges)")
@@ -124,6 +147,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "paper's accounting)")
     p.add_argument("--max-concurrent-proposals", type=int, default=1,
                    help="AdaptiveGEPA max_concurrent_proposals k (paper: sequential, 1)")
+    p.add_argument("--max-repair-attempts", type=int, default=1,
+                   help="AdaptiveGEPA max_repair_attempts: repair calls after a reflection answer is rejected before "
+                        "the gate (paper: 0, two reflection calls per proposal)")
+    p.add_argument("--unusable-programs", choices=("reject", "gate"), default="reject",
+                   help="AdaptiveGEPA unusable_programs: a truncated answer or a program the sandbox refuses is "
+                        "rejected before the gate (reject) or adopted and gated, charged, its requests running the "
+                        "fallback (gate: the paper)")
+    p.add_argument("--max-candidates", type=int, default=None,
+                   help="AdaptiveGEPA max_candidates: stop when the archive holds this many (paper: 100)")
+    p.add_argument("--reflection-context-tokens", type=int, default=None,
+                   help="the reflection LM's context window in tokens (default: litellm's model info, else 32,768)")
+    p.add_argument("--judge-settings", choices=JUDGE_SETTINGS, default="server",
+                   help="PUPA judges: 'server' (the judge LM as given: its server's defaults), or the 'fast' / 'deep' "
+                        "profile's thinking, temperature and token limit set explicitly (paper preset: fast)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--feedback", choices=("decomposed", "scalar"), default="decomposed",
                    help="metric feedback reflection reads: the families' decomposed text (default) or only the "
@@ -210,7 +247,7 @@ def make_roles(args: argparse.Namespace, world: ScriptedWorld | None) -> Roles:
         from dspy_adaptive.testing import scripted_lm
         fast, deep = profiles_from(scripted_lm(world.actor, model="scripted/actor"))
         return Roles(fast, deep, scripted_lm(world.reflection, model="scripted/reflection"),
-                     scripted_lm(world.judge, model="scripted/judge"),
+                     judge_lm(scripted_lm(world.judge, model="scripted/judge"), args),
                      scripted_lm(world.external, model="scripted/external"))
     missing = [o for o in ("actor_lm", "reflection_lm") if getattr(args, o) is None]
     if missing:
@@ -221,9 +258,30 @@ def make_roles(args: argparse.Namespace, world: ScriptedWorld | None) -> Roles:
     fast = make_lm(args.fast_lm, role="fast") if args.fast_lm else profiles.fast
     deep = make_lm(args.deep_lm, role="deep") if args.deep_lm else profiles.deep
     reflection = make_lm(args.reflection_lm, role="reflection")
-    judge = make_lm(args.judge_lm, role="judge") if args.judge_lm else actor
+    judge = judge_lm(make_lm(args.judge_lm, role="judge") if args.judge_lm else actor, args)
     external = make_lm(args.external_lm, role="external") if args.external_lm else reflection
     return Roles(fast, deep, reflection, judge, external)
+
+
+def judge_lm(lm: Any, args: argparse.Namespace) -> Any:
+    """The PUPA judge LM with --judge-settings applied (a profile's settings set explicitly, or as given)."""
+    settings = getattr(args, "judge_settings", "server")
+    if settings == "server" or not hasattr(lm, "copy") or not getattr(lm, "model", None):
+        return lm
+    from dspy_adaptive.program.profiles import profile_overrides
+    return lm.copy(**profile_overrides(str(lm.model), settings))
+
+
+def judge_record(lm: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What results.json says about how the judges ran."""
+    kwargs = dict(getattr(lm, "kwargs", None) or {})
+    extra = kwargs.get("extra_body") or {}
+    thinking = (extra.get("chat_template_kwargs") or {}).get("enable_thinking")
+    return {"model": str(getattr(lm, "model", lm)), "settings": getattr(args, "judge_settings", "server"),
+            "temperature": kwargs.get("temperature"), "max_tokens": kwargs.get("max_tokens"),
+            "thinking": thinking, "reasoning_effort": kwargs.get("reasoning_effort"),
+            "note": "server defaults for any value not set" if getattr(args, "judge_settings", "server") == "server"
+            else "set explicitly (the paper names only the model: its local Qwen3-8B)"}
 
 
 class ProfileProgram(dspy.Module):
@@ -269,7 +327,8 @@ def build_program(method: str, spec: Mapping[str, Any], ctx: Context, roles: Rol
         return ProfileProgram(mop_from_spec(spec), roles.deep)
     if method == "grpo":
         from benchmarks.grpo import GRPOPolicy
-        return GRPOPolicy(spec["checkpoint"], max_new_tokens=spec.get("max_tokens", 8192))
+        return GRPOPolicy(spec["checkpoint"], max_new_tokens=spec.get("max_tokens", 8192),
+                          profile=spec.get("profile", "deep"))
     raise ValueError(method)
 
 
@@ -346,7 +405,10 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
                            tools=ctx.tools, batch_sampler=FamilyBalancedSampler(), progress=ctx.progress,
                            use_merge=True, max_merge_invocations=args.merge_cap, merge_cadence=args.merge_cadence,
                            merge_cap_counts=args.merge_cap_counts, merge_parent_copies=args.merge_parent_copies,
-                           reuse_scores=args.reuse_scores, max_concurrent_proposals=args.max_concurrent_proposals)
+                           reuse_scores=args.reuse_scores, max_concurrent_proposals=args.max_concurrent_proposals,
+                           max_repair_attempts=args.max_repair_attempts, unusable_programs=args.unusable_programs,
+                           max_candidates=args.max_candidates,
+                           reflection_context_tokens=args.reflection_context_tokens)
         routed = opt.compile(SeedProgram(), trainset=mix.train, valset=mix.val)
         res = routed.detailed_results
         routed.close()
@@ -384,24 +446,26 @@ def search_phase(method: str, ctx: Context, phases: Phases) -> dict:
             extra[fam] = {"budget": per_budget, "used": sub["budget_used"], "best_val": sub["best_val"]}
         payload = {"spec": {"module_srcs": srcs}, "budget_used": used, "extra": {"per_family": extra}}
     elif method == "grpo":
-        from benchmarks.grpo import require_grpo, run_grpo
+        from benchmarks.grpo import DecodeSettings, load_policy, require_grpo, run_grpo
         require_grpo()
         if not args.grpo_model:
             raise SystemExit("--method grpo needs --grpo-model (open weights: a Hugging Face id or a local path)")
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(args.grpo_model)
-        model = AutoModelForCausalLM.from_pretrained(args.grpo_model)
+        model, tokenizer = load_policy(args.grpo_model)     # refuses a large policy without a GPU, before loading
+        decode = DecodeSettings.for_profile("deep", args.grpo_max_tokens)
         run = run_grpo(model=model, tokenizer=tokenizer, trainset=mix.train, valset=mix.val, metric=ctx.metric,
                        budget=args.budget, out_dir=search_dir, num_generations=args.grpo_generations,
-                       max_completion_length=args.grpo_max_tokens, seed=args.seed)
-        payload = {"spec": {"checkpoint": run.checkpoint, "max_tokens": args.grpo_max_tokens},
+                       prompts_per_update=args.grpo_prompts, eval_every=args.grpo_eval_every, decode=decode,
+                       micro_batch=args.grpo_micro_batch, seed=args.seed)
+        payload = {"spec": {"checkpoint": run.checkpoint, "max_tokens": args.grpo_max_tokens, "profile": "deep"},
                    "budget_used": run.metric_calls,
-                   "extra": {"updates": run.schedule.updates, "validation": run.validation,
-                             "best_step": run.best_step}}
+                   "extra": {"updates": run.schedule.updates, "prompts_per_update": run.schedule.prompts_per_update,
+                             "generations": args.grpo_generations, "eval_every": run.schedule.eval_every,
+                             "decode": dataclasses.asdict(decode),
+                             "validation": run.validation, "best_step": run.best_step}}
     elif method == "mop":
-        from benchmarks.baselines import DspyEmbedder
+        from benchmarks.mop import embedder_for
         run = run_mop(trainset=mix.train, valset=mix.val, metric=ctx.metric, reflection_lm=roles.reflection,
-                      lm=roles.deep, embedder=DspyEmbedder(args.embedder) if args.embedder else None,
+                      lm=roles.deep, embedder=embedder_for(args.embedder),
                       num_threads=args.num_threads, seed=args.seed, progress=ctx.progress)
         payload = {"spec": run.spec, "budget_used": run.metric_calls, "extra": run.details}
     else:  # pragma: no cover
@@ -452,6 +516,9 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
     uncached = build_program(method, spec, ctx, ctx.roles.uncached())   # AIME attempts: cache off
     attempts = max(1, ctx.args.aime_attempts)
     items = [(ex, a) for ex in ctx.mixture.test for a in range(attempts if ex.family == "aime" else 1)]
+    for program, family_aime in ((cached, False), (uncached, True)):   # a local policy: batched on its device
+        if hasattr(program, "prefetch"):
+            program.prefetch([ex.request for ex, _ in items if (ex.family == "aime") == family_aime])
 
     def one(item):
         ex, attempt = item
@@ -492,6 +559,13 @@ def config_of(args: argparse.Namespace, sizes: Any, minibatch: int) -> dict:
             "scripted", "merge_cap", "merge_cadence", "merge_cap_counts", "merge_parent_copies", "reuse_scores",
             "max_concurrent_proposals")
     cfg = {k: getattr(args, k) for k in keys}
+    for key, default in (("max_repair_attempts", 1), ("unusable_programs", "reject"), ("max_candidates", None),
+                         ("reflection_context_tokens", None), ("judge_settings", "server")):
+        if getattr(args, key, default) != default:        # (only when set: older runs keep their hash)
+            cfg[key] = getattr(args, key)
+    if args.method == "grpo":        # the paper's schedule (only for grpo: other runs keep their hash)
+        cfg.update(grpo_prompts=getattr(args, "grpo_prompts", 45), grpo_eval_every=getattr(args, "grpo_eval_every", 5),
+                   grpo_micro_batch=getattr(args, "grpo_micro_batch", None))
     if getattr(args, "feedback", "decomposed") != "decomposed":   # (only when set: older runs keep their hash)
         cfg["feedback"] = args.feedback
     if getattr(args, "selection_split", 0):
@@ -638,12 +712,16 @@ def run(args: argparse.Namespace) -> dict:
         "budget": {"nominal": args.budget, "used": search["budget_used"]},
         "config": config,
         "sizes": {f: list(s) for f, s in mixture.sizes().items()},
-        "notes": mixture.notes + [retrieval_note(retrieval)],
+        "notes": mixture.notes + [retrieval_note(retrieval)] + _method_notes(args.method, search),
         "retrieval": retrieval,
+        "judge": judge_record(ctx.roles.judge, args),
         "search": {k: v for k, v in search.items() if k != "spec"},
         "spec": search["spec"],
         "test": rows,
     }
+    if args.data == "hf":
+        from benchmarks.data import revisions_used
+        results["data_revisions"] = revisions_used()
     if selection is not None:
         results["selection"] = selection
     if args.method in ("adaptive", "mop", "oeo"):
@@ -663,6 +741,17 @@ def run(args: argparse.Namespace) -> dict:
     (out / "tables.md").write_text(text, encoding="utf-8")
     print(text)
     return results
+
+
+def _method_notes(method: str, search: Mapping[str, Any]) -> list[str]:
+    """What a reader of Table 2 must know about how this method ran (MoP's embedding model)."""
+    if method != "mop":
+        return []
+    kind = (search.get("spec", {}).get("embedder") or {}).get("kind")
+    what = {"sentence_transformers": "sentence-transformers " + str(search["spec"]["embedder"].get("model")),
+            "hashed_tfidf": "hashed TF-IDF (the offline fallback: the mop extra is not installed)",
+            "dspy": "dspy.Embedder " + str((search["spec"]["embedder"] or {}).get("model"))}.get(kind, str(kind))
+    return [f"MoP embedded requests with {what} (the paper: a local Qwen3 embedding model)."]
 
 
 def _ifeval_checker():

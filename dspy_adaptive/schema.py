@@ -32,7 +32,7 @@ MAX_STEP_FIELDS = 24            # inputs (and outputs) kept per step: the sandbo
 MAX_OUTPUT_FIELDS = 32          # output fields kept per row
 MAX_KEY_CHARS = 64              # a field name or key
 MAX_LABEL_CHARS = 120           # a predictor label ("slot2.<attribute path>")
-MAX_FEEDBACK_CHARS = 8000       # metric feedback (AIME's carries a worked solution)
+MAX_FEEDBACK_CHARS = 16000      # metric feedback (AIME's carries a worked solution: up to ~14k characters)
 MAX_NOTE_CHARS = 2000           # errors, fallback reasons, metric notes
 MAX_ROW_BYTES = 256_000         # one whole row as written (JSON, non-ASCII escaped)
 MAX_DETAIL_CHARS = 6000         # one text in a proposal's details (e.g. a rejected source)
@@ -95,6 +95,21 @@ def clip(value: Any, limit: int = MAX_FIELD_CHARS) -> str:
         return text
     cut = limit - len(f"... [{len(text)} more chars]")
     return text[:max(0, cut)] + f"... [{len(text) - max(0, cut)} more chars]"
+
+
+#: The marker a value shortened from its middle carries where characters were left out.
+LEFT_OUT = "[... {n} characters left out ...]"
+
+
+def clip_middle(value: Any, limit: int) -> str:
+    """`value` as text, at most `limit` characters: a longer one keeps its beginning and its end with a marker
+    of how many characters were left out between them (a worked solution's conclusion is at its end)."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    room = max(0, limit - len(LEFT_OUT.format(n=len(text))) - 2)
+    head, tail = room - room // 2, room // 2
+    return text[:head] + "\n" + LEFT_OUT.format(n=len(text) - head - tail) + "\n" + text[len(text) - tail:]
 
 
 def _clip_opt(value: Any, limit: int) -> str | None:
@@ -216,7 +231,8 @@ class RowResult:
     def __post_init__(self) -> None:
         """Every row is bounded, whoever built it (see the module docstring): texts first, then output
         fields, then steps, each within what is left of MAX_ROW_BYTES."""
-        texts = {"feedback": clip(self.feedback, MAX_FEEDBACK_CHARS), "error": _clip_opt(self.error, MAX_NOTE_CHARS),
+        texts = {"feedback": clip_middle(self.feedback, MAX_FEEDBACK_CHARS),
+                 "error": _clip_opt(self.error, MAX_NOTE_CHARS),
                  "metric_note": _clip_opt(self.metric_note, MAX_NOTE_CHARS),
                  "fallback_reason": _clip_opt(self.fallback_reason, MAX_NOTE_CHARS),
                  "error_kind": None if self.error_kind is None else bounded_key(self.error_kind, MAX_KEY_CHARS)}

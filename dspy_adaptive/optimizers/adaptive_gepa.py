@@ -122,6 +122,11 @@ class AdaptiveGEPA(Teleprompter):
         max_repair_attempts: times a reflection answer rejected before the gate is sent back with its reason
             (`reflection.settings.ReflectionSettings`).
         proposal_format: new programs as "code", "structured" or "auto" (ReflectionSettings).
+        reflection_context_tokens: the reflection LM's context window (None: read from the LM); what reflection
+            reads is fitted into it (ReflectionSettings).
+        unusable_programs: "reject" (default) or "gate": truncated or refused programs go to the gate, charged,
+            as the paper ran (ReflectionSettings).
+        max_candidates: stop once the archive holds this many candidates (the paper's 100; None: no cap).
         executor: where rows run: "threads" or "ray" (ExecutionSettings).
         address: a Ray cluster address; giving one means executor="ray" (ExecutionSettings).
     """
@@ -176,6 +181,9 @@ class AdaptiveGEPA(Teleprompter):
         max_cost_usd: float | None = None,
         max_repair_attempts: int = 1,
         proposal_format: str = "code",
+        reflection_context_tokens: int | None = None,
+        unusable_programs: str = "reject",
+        max_candidates: int | None = None,
         executor: str | None = None,
         address: str | None = None,
     ):
@@ -234,8 +242,11 @@ class AdaptiveGEPA(Teleprompter):
                     "search": {k: v for k, v in search.to_dict().items() if k != "seed" or c.run.seed is not None},
                     "merge": c.merge.to_dict(), "reflection_lm": describe_lm(c.reflection.lm),
                     "proposals": {"format": c.reflection.proposal_format, "external": c.reflection.external,
-                                  "max_repair_attempts": c.reflection.max_repair_attempts}}
-        run = assemble(spec, limits=BudgetLimits(max_calls, c.budget.max_cost_usd, c.budget.max_idle_iterations),
+                                  "max_repair_attempts": c.reflection.max_repair_attempts,
+                                  "unusable_programs": c.reflection.unusable_programs,
+                                  "context_tokens": c.reflection.context_tokens}}
+        b = c.budget
+        run = assemble(spec, limits=BudgetLimits(max_calls, b.max_cost_usd, b.max_idle_iterations, b.max_candidates),
                        log_dir=c.run.log_dir, identity=identity, what="search", progress=c.run.progress)
         if c.sandbox.isolation == "strict":
             run.pool.isolation_report()     # refuses here, before any LM money is spent

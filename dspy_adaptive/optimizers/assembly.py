@@ -64,6 +64,7 @@ class BudgetLimits:
     max_calls: int
     max_cost_usd: float | None = None
     max_idle_iterations: int | None = None
+    max_candidates: int | None = None
 
 
 def build_program(spec: RunSpec, *, max_workers: int, route_memo: RouteMemo | None) -> RoutedProgram:
@@ -160,7 +161,7 @@ def assemble(spec: RunSpec, *, limits: BudgetLimits, log_dir: str | None, identi
                          route_memo=RouteMemo() if spec.execution.route_memo else None)
     meter = UsageMeter()
     budget = Budget(limits.max_calls, max_cost_usd=limits.max_cost_usd, cost=meter.total_cost,
-                    max_idle_iterations=limits.max_idle_iterations)
+                    max_idle_iterations=limits.max_idle_iterations, max_candidates=limits.max_candidates)
     bar, schedule = SearchProgress(progress, progress_desc), Schedule()
 
     def on_scored(tag: int, key: str, kind: str, result: RowResult) -> None:

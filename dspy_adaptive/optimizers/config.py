@@ -35,13 +35,16 @@ class BudgetSettings:
     """Exactly one of auto / max_full_evals / max_metric_calls (dspy.GEPA's budget words), plus Adaptive-GEPA's
     limits: `max_cost_usd` stops on cost as on the budget (no new iteration starts once the LM cost of every
     role -- router, specialists, fallback, reflection, metric/judge; litellm's list prices -- reaches it);
-    `max_idle_iterations` stops after this many iterations in a row that spend no scored call."""
+    `max_idle_iterations` stops after this many iterations in a row that spend no scored call; `max_candidates`
+    stops once the archive holds this many candidates, the seed included (the paper's "candidate budget", 100;
+    None: no cap). The budget's size and these limits may change on resume."""
 
     auto: str | None = None
     max_full_evals: int | None = None
     max_metric_calls: int | None = None
     max_cost_usd: float | None = None
     max_idle_iterations: int = 20
+    max_candidates: int | None = None
 
     def __post_init__(self) -> None:
         given = [x is not None for x in (self.auto, self.max_full_evals, self.max_metric_calls)]
@@ -55,6 +58,8 @@ class BudgetSettings:
         checks.integer("max_metric_calls", self.max_metric_calls, optional=True)
         checks.positive_number("max_cost_usd", self.max_cost_usd, optional=True, unit="US dollars")
         checks.integer("max_idle_iterations", self.max_idle_iterations)
+        checks.integer("max_candidates", self.max_candidates, minimum=2, optional=True,
+                       none_means="no cap; at least the seed and one more")
 
     def calls(self, student: Any, n_train: int, n_val: int) -> int:
         """Scored calls allowed: max_metric_calls; max_full_evals x (trainset + valset), as dspy.GEPA counts it
@@ -137,9 +142,11 @@ def config_from_args(a: Mapping[str, Any]) -> AdaptiveGEPAConfig:
         lm=a["reflection_lm"], instruction_proposer=a["instruction_proposer"], code_proposer=a["code_proposer"],
         component_selector=selector if callable(selector) else None,
         max_repair_attempts=a["max_repair_attempts"], proposal_format=a["proposal_format"],
-        format_failure_feedback=a["add_format_failure_as_feedback"])
+        format_failure_feedback=a["add_format_failure_as_feedback"],
+        context_tokens=a["reflection_context_tokens"], unusable_programs=a["unusable_programs"])
     budget = BudgetSettings(a["auto"], a["max_full_evals"], a["max_metric_calls"],
-                            None if a["max_cost_usd"] is None else a["max_cost_usd"], a["max_idle_iterations"])
+                            None if a["max_cost_usd"] is None else a["max_cost_usd"], a["max_idle_iterations"],
+                            a["max_candidates"])
     search = SearchSettings(
         minibatch_size=a["reflection_minibatch_size"], skip_perfect_score=a["skip_perfect_score"],
         perfect_score=a["perfect_score"], seed=0 if a["seed"] is None else a["seed"],

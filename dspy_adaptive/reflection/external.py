@@ -116,7 +116,9 @@ class ProposerReflector(Reflector):
         if self.component_selector is None:
             return super().propose(parent, rows, results, history)
         images: list = []
-        traces = render_traces(rows, results, images)
+        self._local.admitted = []
+        self._local.trace_tokens = self.trace_tokens(parent, history)
+        traces = render_traces(rows, results, images, self._local.trace_tokens)
         self._local.images = images
         with self._selections_lock:
             state = SelectorState(self._selections)
@@ -163,8 +165,10 @@ class ProposerReflector(Reflector):
             return self._changed(parent, action, slot, parent.with_slot(slot, target.with_description(text.strip())))
         source = strip_code(text)
         rejected = _check_source(action, slot, source)
-        if rejected:
+        if rejected and self.unusable_programs != "gate":
             return rejected
+        if rejected:
+            self._admit(rejected.reason or "")
         return self._changed(parent, action, slot, parent.with_slot(slot, target.with_program(source)))
 
     def _proposer_for(self, action: str, slot: int | None) -> tuple[Callable | None, str]:

@@ -20,10 +20,11 @@ from dspy_adaptive.lm.usage import role
 from dspy_adaptive.program.library import Library
 from dspy_adaptive.program.profiles import declared_profile
 from dspy_adaptive.program.routed import parse_slot_answer
+from dspy_adaptive.reflection import budget, structured
 from dspy_adaptive.reflection import signatures as sig
-from dspy_adaptive.reflection import structured
 from dspy_adaptive.reflection.boundaries import for_program_rewrite
 from dspy_adaptive.reflection.repair import (
+    ANSWER_CHARS,
     REPAIRABLE,
     Attempt,
     FinishWatch,
@@ -42,6 +43,19 @@ from dspy_adaptive.schema import ACTIONS, FailureKind, ProposalRecord, RowResult
 ALLOWED = prompt_text()   # the sandbox policy's own allow-list and grammar, so the prompt cannot drift from them
 
 
+def _signature_text(signature: type[dspy.Signature]) -> str:
+    fields = signature.fields.values()
+    return signature.instructions + "".join(str((f.json_schema_extra or {}).get("desc", "")) for f in fields)
+
+
+#: The longest instructions + field descriptions of any reflection call (part of the prompt beside the traces).
+SIGNATURE_TEXT = max((_signature_text(s) for s in (sig.SelectAction, sig.ActivateSlot, sig.RewriteProgram,
+                                                   sig.RewriteDescription, sig.RewriteRouter)), key=len)
+ADAPTER_TOKENS = 800      # the adapter's own framing of a call (field headers, format instructions)
+#: What happens to an answer cut off at its token limit, or a program the sandbox refuses (Reflector).
+UNUSABLE_PROGRAMS = ("reject", "gate")
+
+
 @dataclass(frozen=True)
 class Edit:
     """The outcome of reflection: a child library, or a rejection reason."""
@@ -54,6 +68,7 @@ class Edit:
     failure: FailureKind | None = None  # set when rejected: what kind of rejection this is
     attempts: tuple[Attempt, ...] = ()  # every reflection answer of this proposal, repairs included
     format: str | None = None  # "code" or "structured" for a source-writing edit
+    admitted: tuple[str, ...] = ()  # unusable_programs="gate": what was wrong with the adopted answer
 
     @property
     def rejected(self) -> bool:
@@ -73,6 +88,8 @@ class Edit:
         if self.attempts:
             out["attempts"] = [a.to_dict() for a in self.attempts]
             out["repairs"] = self.repairs
+        if self.admitted:
+            out["admitted"] = list(self.admitted)
         return out
 
 
@@ -155,14 +172,6 @@ def _check_source(action: str, slot: int | None, source: str) -> Edit | None:
     return None if problem is None else _rejected(action, slot, "sandbox_rejected", problem, source)
 
 
-def _checked(source: str, answer: str | None = None) -> str:
-    """`source`, or a `Rejection` (sandbox_rejected) carrying the reason and the answer it came from."""
-    problem = source_problem(source)
-    if problem is not None:
-        raise Rejection("sandbox_rejected", problem, answer if answer is not None else source, source=source)
-    return source
-
-
 def _normal_action(value: Any) -> str:
     return str(value or "").strip().lower().replace(" ", "_").replace("-", "_")
 
@@ -179,11 +188,19 @@ class Reflector:
             we render; see structured.py) or "auto" (code, then structured for a target once `auto_after`
             recent code proposals for it were rejected before the gate).
         auto_after: the rejections after which "auto" switches a target to structured.
+        unusable_programs: "reject" (an answer cut off at the token limit, or a program the sandbox refuses or
+            cannot compile, is rejected before the gate, or repaired) or "gate" (as the paper ran: such an answer
+            is adopted as written and the child goes to the minibatch gate, charged like any other; requests
+            routed to a program that does not compile run the frozen fallback). The edit records what was wrong.
+        context_tokens: the reflection LM's context window in tokens (None: read from the LM; see
+            `reflection.budget.context_window`). The traces get what the window leaves beside the rest of the
+            prompt and the answer (`trace_tokens`).
     """
 
     def __init__(self, reflection_lm: Any, *, input_names: Sequence[str], output_names: Sequence[str],
                  tools: Sequence[str] = (), max_repair_attempts: int = 1, proposal_format: str = "code",
-                 auto_after: int = 2, schedule: Any = None):
+                 auto_after: int = 2, context_tokens: int | None = None, unusable_programs: str = "reject",
+                 schedule: Any = None):
         if proposal_format not in PROPOSAL_FORMATS:
             raise ValueError(f"proposal_format={proposal_format!r}: expected one of {', '.join(PROPOSAL_FORMATS)}")
         self.lm = reflection_lm
@@ -193,6 +210,10 @@ class Reflector:
         self.max_repair_attempts, self.proposal_format, self.auto_after = max_repair_attempts, proposal_format, \
             auto_after
         self.schedule = schedule  # a search.schedule.Schedule, when the caller wants the step record
+        self.context_tokens = context_tokens
+        if unusable_programs not in UNUSABLE_PROGRAMS:
+            raise ValueError(f"unusable_programs={unusable_programs!r}: expected one of {', '.join(UNUSABLE_PROGRAMS)}")
+        self.unusable_programs = unusable_programs
         self.set_output_names(output_names)
         self.select = dspy.Predict(sig.SelectAction)
         self.activate = dspy.Predict(sig.ActivateSlot)
@@ -209,6 +230,24 @@ class Reflector:
         self.contract = program_contract(self.input_names, self.output_names or ("answer",), self.tools)
         self.spec_contract = structured.Contract(self.input_names, self.output_names or ("answer",), self.tools,
                                                  self.tool_args)
+
+    def window(self) -> int:
+        """The reflection LM's context window in tokens (`context_tokens`, else read from the LM)."""
+        return self.context_tokens or budget.context_window(self.lm)
+
+    def trace_tokens(self, parent: Library, history: Sequence[ProposalRecord] = ()) -> int:
+        """Tokens the minibatch's records may take in this proposal's calls: the window less the answer's
+        reserve and the largest rest-of-prompt any of its calls sends (instructions, contract, router, every
+        description, the longest program, the history and, with repairs on, a previous answer)."""
+        window = self.window()
+        sources = [s.program_source or "" for _, s in parent.items()]
+        contract = max(self.contract, structured.spec_contract_text(self.spec_contract), key=len)
+        rest = [SIGNATURE_TEXT, contract, parent.router, render_slots(parent), max(sources, key=len, default=""),
+                render_history(history), render_usage(parent, ())]
+        if self.max_repair_attempts:
+            rest.append("x" * ANSWER_CHARS)
+        fixed = budget.estimate_tokens("\n".join(rest)) + ADAPTER_TOKENS
+        return budget.trace_budget(window, budget.output_reserve(self.lm, window), fixed)
 
     def _call(self, predictor: dspy.Predict, note: RepairNote | None = None, adapter: Any = None,
               **kwargs: Any) -> dspy.Prediction:
@@ -244,15 +283,36 @@ class Reflector:
                 self.schedule.record("reflection", 1, 1, t0, time.perf_counter())
         cut = truncation(watch, max_tokens)
         if cut is not None:
-            raise cut
+            if self.unusable_programs != "gate":
+                raise cut
+            self._admit(f"the answer stopped at the token limit (max_tokens={max_tokens})")
         return out
+
+    def _admit(self, problem: str) -> None:
+        """unusable_programs="gate": adopt the answer, noting what was wrong with it."""
+        admitted = getattr(self._local, "admitted", None)
+        if admitted is not None:
+            admitted.append(problem)
+
+    def _checked(self, source: str, answer: str | None = None) -> str:
+        """`source`, or a `Rejection` (sandbox_rejected) -- with unusable_programs="gate", the source anyway,
+        the problem noted."""
+        problem = source_problem(source)
+        if problem is None:
+            return source
+        if self.unusable_programs == "gate":
+            self._admit(problem)
+            return source
+        raise Rejection("sandbox_rejected", problem, answer if answer is not None else source, source=source)
 
     def propose(self, parent: Library, rows: Sequence[Row], results: Sequence[RowResult],
                 history: Sequence[ProposalRecord] = ()) -> Edit:
         """One proposal for `parent` from its minibatch `results` on `rows`; `history` is the recent
         proposals on its lineage (shown to action selection, and read by proposal_format="auto")."""
         images: list = []
-        traces = render_traces(rows, results, images)
+        self._local.admitted = []
+        self._local.trace_tokens = self.trace_tokens(parent, history)
+        traces = render_traces(rows, results, images, self._local.trace_tokens)
         self._local.images = images
         attempts: list[Attempt] = []
         try:
@@ -271,7 +331,8 @@ class Reflector:
                attempts: list[Attempt]) -> Edit:
         """The chosen edit, with repairs, as an Edit carrying every attempt."""
         if action == "rewrite_program":   # Table 6: no sibling descriptions, not even inside the router's trace
-            traces = render_traces(rows, for_program_rewrite(results))
+            traces = render_traces(rows, for_program_rewrite(results),
+                                   budget_tokens=getattr(self._local, "trace_tokens", None))
         fmt = self._format(action, slot, history)
         try:
             edit = with_repairs(action, lambda note: self._edit(parent, action, slot, traces, note, fmt),
@@ -282,7 +343,8 @@ class Reflector:
         except Exception as e:  # noqa: BLE001
             return Edit(action, slot, None, f"{action} failed: {type(e).__name__}: {str(e)[:300]}",
                         failure="edit_failed", attempts=tuple(attempts), format=fmt)
-        return replace(edit, attempts=tuple(attempts), format=fmt)
+        return replace(edit, attempts=tuple(attempts), format=fmt,
+                       admitted=tuple(getattr(self._local, "admitted", None) or ()))
 
     def _select(self, parent: Library, results: Sequence[RowResult], history: Sequence[ProposalRecord],
                 traces: str, note: RepairNote | None) -> tuple[str, int | None]:
@@ -344,12 +406,12 @@ class Reflector:
                                    description=target.description, program=target.program_source,
                                    program_contract=structured.spec_contract_text(self.spec_contract)).shape
                 spec = structured.spec_from(shape, self.spec_contract)
-                source = _checked(structured.render(spec, self.spec_contract, declared_profile(
+                source = self._checked(structured.render(spec, self.spec_contract, declared_profile(
                     target.program_source)[0]), structured.answer_text(shape))
             else:
                 out = self._call(self.rewrite_program, note, traces=traces, description=target.description,
                                  program=target.program_source, program_contract=self.contract)
-                source = _checked(strip_code(out.new_program), str(out.new_program or ""))
+                source = self._checked(strip_code(out.new_program), str(out.new_program or ""))
             return self._changed(parent, action, slot, parent.with_slot(slot, target.with_program(source)))
         # rewrite_description
         out = self._call(self.rewrite_description, note, traces=traces, specialists=render_slots(parent),
@@ -365,7 +427,7 @@ class Reflector:
                          target_slot=str(slot), program_contract=self.contract)
         answer = f"description: {out.description}\nprofile: {out.profile}\nprogram:\n{out.program}"
         profile, description = _activation_fields(out, answer)
-        return description, _checked(strip_code(out.program), answer), profile
+        return description, self._checked(strip_code(out.program), answer), profile
 
     def _activate_structured(self, parent: Library, slot: int, traces: str,
                              note: RepairNote | None) -> tuple[str, str, str]:
@@ -375,7 +437,7 @@ class Reflector:
         answer = structured.answer_text(out)
         profile, description = _activation_fields(out, answer)
         spec = structured.spec_from(out, self.spec_contract)
-        return description, _checked(structured.render(spec, self.spec_contract, profile), answer), profile
+        return description, self._checked(structured.render(spec, self.spec_contract, profile), answer), profile
 
     @staticmethod
     def _changed(parent: Library, action: str, slot: int | None, child: Library) -> Edit:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 from dspy_adaptive import checks
 from dspy_adaptive.data import InputError
 from dspy_adaptive.reflection.external import ProposerReflector
-from dspy_adaptive.reflection.propose import Reflector
+from dspy_adaptive.reflection.propose import UNUSABLE_PROGRAMS, Reflector
 from dspy_adaptive.reflection.structured import PROPOSAL_FORMATS
 
 
@@ -31,6 +31,16 @@ class ReflectionSettings:
             before the gate).
         format_failure_feedback (add_format_failure_as_feedback): show reflection an unparseable LM answer with
             its failure.
+        context_tokens (reflection_context_tokens): the reflection LM's context window in tokens; None reads it
+            from the LM (a local engine's n_ctx, litellm's model info, else 32,768). What reflection reads of the
+            feedback minibatch (requests, steps, outputs, feedback) is fitted into what the window leaves beside
+            the rest of the prompt and the answer, shortening long values from the middle with a marker and
+            keeping each request's closing part and question (`dspy_adaptive.reflection.budget`).
+        unusable_programs: "reject" (default: a reflection answer cut off at its token limit, or a program the
+            sandbox refuses or cannot compile, is rejected before the gate, or repaired) or "gate" (as the paper
+            ran: such an answer is adopted as written and the child goes to the minibatch gate, charged like any
+            other; requests routed to a program that does not compile run the frozen fallback). The proposal's
+            record says what was wrong with the adopted answer (`details.admitted`).
     """
 
     lm: Any
@@ -40,6 +50,8 @@ class ReflectionSettings:
     max_repair_attempts: int = 1
     proposal_format: str = "code"
     format_failure_feedback: bool = False
+    context_tokens: int | None = None
+    unusable_programs: str = "reject"
 
     def __post_init__(self) -> None:
         checks.callable_or_none("instruction_proposer", self.instruction_proposer, "dspy.GEPA's proposer protocol")
@@ -48,6 +60,11 @@ class ReflectionSettings:
                                 "gepa's ReflectionComponentSelector protocol")
         checks.integer("max_repair_attempts", self.max_repair_attempts, minimum=0)
         checks.one_of("proposal_format", self.proposal_format, PROPOSAL_FORMATS)
+        checks.one_of("unusable_programs", self.unusable_programs, UNUSABLE_PROGRAMS)
+        window = self.context_tokens
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 2048):
+            raise InputError("reflection_context_tokens must be an integer >= 2048 (the reflection LM's context "
+                             f"window in tokens) or None to read it from the LM, got {self.context_tokens!r}")
         if self.lm is None:
             extra = (" (also with instruction_proposer: the proposer writes the rewrite actions' text, while the "
                      "reflection LM selects each action and its target and writes activations)"
@@ -65,7 +82,7 @@ class ReflectionSettings:
         """The reflector of a run whose requests have `input_names` and whose specialists may call `tools`."""
         common = dict(input_names=tuple(input_names), output_names=(), tools=dict(tools),
                       max_repair_attempts=self.max_repair_attempts, proposal_format=self.proposal_format,
-                      schedule=schedule)
+                      context_tokens=self.context_tokens, unusable_programs=self.unusable_programs, schedule=schedule)
         if self.external:
             return ProposerReflector(self.lm, instruction_proposer=self.instruction_proposer,
                                      code_proposer=self.code_proposer, component_selector=self.component_selector,

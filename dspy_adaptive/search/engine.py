@@ -130,7 +130,7 @@ class SearchEngine:
             self._window = None
 
     def _may_start(self, window: Window) -> bool:
-        reason = self.budget.stop_reason(window.spent(self.budget.spent))
+        reason = self.budget.stop_reason(window.spent(self.budget.spent), candidates=len(self.archive))
         if reason is not None:
             self.stop_reason = reason
         return reason is None

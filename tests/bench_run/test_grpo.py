@@ -5,15 +5,40 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.grpo import grpo_schedule, metric_reward, p0_messages, parse_response
+from benchmarks.grpo import DecodeSettings, grpo_schedule, metric_reward, p0_messages, parse_response
 
 
-def test_the_papers_budget_rule():
-    s = grpo_schedule(18000, 180, 180, num_generations=8, eval_every=5)
-    assert (s.updates, s.training_calls, s.validation_calls, s.total) == (12, 17280, 540, 17820)
-    # the paper's 45-prompt feedback split: 45 x 45 x 8 = 16,200 rollouts + 10 x 180 validation = 18,000
-    s = grpo_schedule(18000, 45, 180, num_generations=8, eval_every=5)
+def test_the_papers_schedule_45_updates_at_18k_and_227_at_90k():
+    """Appendices D, G.2: each update samples 45 feedback prompts x 8; validation (180 requests) before training
+    and every 5 updates."""
+    s = grpo_schedule(18000, 180)
     assert (s.updates, s.training_calls, s.validation_calls, s.total) == (45, 16200, 1800, 18000)
+    assert s.validation_steps == [0, 5, 10, 15, 20, 25, 30, 35, 40, 45]            # ten passes
+    s = grpo_schedule(90000, 180)
+    assert (s.updates, s.training_calls, s.validation_calls, s.total) == (227, 81720, 8280, 90000)
+    assert len(s.validation_steps) == 46 and s.validation_steps[-1] == 225          # 46 records through step 225
+    assert grpo_schedule(18000 - 1, 180).updates == 44                             # the rule, not a table
+    with pytest.raises(ValueError):
+        grpo_schedule(18000, 180, prompts_per_update=0)
+
+
+def test_decoding_follows_the_profile():
+    deep, fast = DecodeSettings.for_profile("deep"), DecodeSettings.for_profile("fast")
+    assert (deep.temperature, deep.max_new_tokens, deep.enable_thinking, deep.do_sample) == (0.6, 8192, True, True)
+    assert (fast.temperature, fast.max_new_tokens, fast.enable_thinking) == (0.3, 4096, False)
+    assert deep.generate_kwargs() == {"do_sample": True, "temperature": 0.6, "top_p": 1.0}
+    assert DecodeSettings(0.0, 10, False).generate_kwargs() == {"do_sample": False}
+    assert DecodeSettings.for_profile("deep", 64).max_new_tokens == 64
+
+
+def test_an_8b_policy_is_never_trained_without_a_gpu(monkeypatch):
+    import benchmarks.grpo as grpo
+    monkeypatch.setattr(grpo, "has_cuda", lambda: False)
+    with pytest.raises(SystemExit, match=r"refusing to train a 8\.0B-parameter policy on the CPU"):
+        grpo.require_gpu_for(8_000_000_000)
+    grpo.require_gpu_for(1_000_000)                                        # a tiny model may (tests)
+    monkeypatch.setattr(grpo, "has_cuda", lambda: True)
+    grpo.require_gpu_for(8_000_000_000)
 
 
 def test_answer_contract_and_prompt():
@@ -60,8 +85,8 @@ def test_grpo_steps_on_a_tiny_random_model_with_the_mixture_metric_as_reward(tmp
     train = [dspy.Example(request=f"say a {i}", answer="a").with_inputs("request") for i in range(2)]
     val = [dspy.Example(request="say a", answer="a").with_inputs("request")]
     run = run_grpo(model=model, tokenizer=tokenizer, trainset=train, valset=val, metric=metric, budget=40,
-                   out_dir=tmp_path, num_generations=2, eval_every=1, max_completion_length=6, learning_rate=1e-3,
-                   max_updates=2)
+                   out_dir=tmp_path, num_generations=2, prompts_per_update=2, eval_every=1,
+                   decode=DecodeSettings.for_profile("deep", 6), learning_rate=1e-3, max_updates=2)
     assert run.schedule.updates == 2 and run.schedule.training_calls == 2 * 2 * 2
     assert [v["step"] for v in run.validation] == [0, 1, 2]                # before training and every update
     assert run.checkpoint and (tmp_path / "best" / "config.json").exists()
@@ -94,3 +119,43 @@ def test_method_grpo_runs_end_to_end_through_the_benchmark(tmp_path):
     assert res["method"] == "grpo" and res["budget"]["used"] <= 20
     assert res["search"]["extra"]["updates"] == 2 and res["search"]["extra"]["validation"][0]["step"] == 0
     assert len(res["test"]) == 4 and "GRPO" in (out / "tables.md").read_text()
+    extra = res["search"]["extra"]
+    assert extra["prompts_per_update"] == 4 and extra["eval_every"] == 5          # 4 feedback prompts here
+    assert extra["decode"] == {"temperature": 0.6, "max_new_tokens": 4, "enable_thinking": True, "top_p": 1.0}
+
+
+def test_generation_is_batched_on_the_policy_device_and_samples_as_the_deep_profile(tmp_path, monkeypatch):
+    """Test-time answers come from one batched `generate` per prefetch, left-padded on the model's device, sampled
+    at the deep profile's temperature: five attempts at one AIME request are five samples, not one greedy copy."""
+    pytest.importorskip("trl")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import benchmarks.grpo as grpo
+
+    torch.manual_seed(0)
+    tokenizer = _char_tokenizer()
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=4096, n_embd=16, n_layer=1, n_head=2,
+                               pad_token_id=0, eos_token_id=1, bos_token_id=1)).save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    policy = grpo.GRPOPolicy(str(tmp_path / "tiny"), max_new_tokens=12, batch_size=8)
+    assert policy.decode.temperature == 0.6 and policy.decode.enable_thinking
+    assert next(policy.model.parameters()).dtype == torch.float32            # CPU: float32 (GPU: bfloat16)
+    calls = []
+    real_generate = policy.model.generate
+
+    def spy(**kw):
+        calls.append((kw["input_ids"].shape, kw["input_ids"].device, kw.get("do_sample"), kw.get("temperature")))
+        return real_generate(**kw)
+
+    monkeypatch.setattr(policy.model, "generate", spy)
+    requests = ["Find x if 2x = 6."] * 5 + ["Who wrote Hamlet?", "A much longer request " * 3]
+    policy.prefetch(requests)
+    assert len(calls) == 1 and calls[0][0][0] == 7                          # one batch of seven
+    assert calls[0][1] == policy.model.device and calls[0][2:] == (True, 0.6)
+    answers = [policy(request="Find x if 2x = 6.").response for _ in range(5)]
+    assert len(set(answers)) > 1                                              # sampled, not greedy
+    assert len(calls) == 1                                                    # all five were prefetched
+    greedy = grpo.generate(policy.model, policy.tokenizer, ["Find x if 2x = 6."] * 3,
+                           grpo.DecodeSettings(0.0, 12, False))
+    assert len(set(greedy)) == 1

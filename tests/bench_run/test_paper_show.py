@@ -63,3 +63,44 @@ def test_preset_paper_sets_the_papers_configuration_and_explicit_flags_win():
     assert (args.merge_cadence, args.merge_cap_counts, args.merge_parent_copies, args.reuse_scores,
             args.max_concurrent_proposals) == (1, "accepted", "measure", False, 1)
     assert bench.parse_args(["--preset", "paper", "--budget", "900"]).budget == 900
+
+
+def test_preset_paper_runs_without_repairs_gates_unusable_programs_caps_candidates_and_sets_the_judge():
+    """Issue 27 item 4: two reflection calls per proposal (no repair), what they produced goes to the gate,
+    candidates cap at 100, the judge's settings set explicitly, all recorded in results.json."""
+    args = bench.parse_args(["--preset", "paper", "--method", "adaptive", "--out", "x"])
+    assert (args.max_repair_attempts, args.unusable_programs, args.max_candidates, args.judge_settings) == \
+        (0, "gate", 100, "fast")
+    assert bench.parse_args(["--preset", "paper", "--max-repair-attempts", "2"]).max_repair_attempts == 2
+    plain = bench.parse_args(["--method", "adaptive", "--out", "x"])
+    assert (plain.max_repair_attempts, plain.unusable_programs, plain.max_candidates, plain.judge_settings) == \
+        (1, "reject", None, "server")
+
+
+def test_the_judge_runs_with_explicit_settings_and_results_say_which():
+    import dspy
+    args = bench.parse_args(["--preset", "paper"])
+    judge = bench.judge_lm(dspy.LM("hosted_vllm/Qwen/Qwen3-8B"), args)
+    assert judge.kwargs["temperature"] == 0.3 and judge.kwargs["max_tokens"] == 4096
+    assert judge.kwargs["extra_body"]["chat_template_kwargs"]["enable_thinking"] is False
+    record = bench.judge_record(judge, args)
+    assert (record["settings"], record["temperature"], record["thinking"]) == ("fast", 0.3, False)
+    lm = dspy.LM("hosted_vllm/Qwen/Qwen3-8B")
+    assert bench.judge_lm(lm, bench.parse_args([])) is lm                        # default: as given
+    assert bench.judge_record(lm, bench.parse_args([]))["note"].startswith("server defaults")
+
+
+def test_a_paper_preset_run_records_its_configuration(tmp_path):
+    out = tmp_path / "paper"
+    bench.main(["--preset", "paper", "--method", "adaptive", "--scripted", "--data", str(SHARED_DATA),
+                "--sizes", "2,2,1", "--budget", "300", "--max-candidates", "3", "--num-threads", "2",
+                "--no-progress", "--aime-attempts", "1", "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())
+    cfg = res["config"]
+    assert (cfg["max_repair_attempts"], cfg["unusable_programs"], cfg["max_candidates"], cfg["judge_settings"]) == \
+        (0, "gate", 3, "fast")
+    assert res["judge"]["settings"] == "fast" and res["judge"]["temperature"] == 0.3
+    run = json.loads((out / "search" / "run.json").read_text())
+    assert len(run["candidates"]) <= 3
+    attempts = [a for p in run["proposals"] if p["kind"] == "reflect" for a in p["details"].get("attempts", [])]
+    assert attempts and all(a["attempt"] == 0 for a in attempts)                 # never a repair call

@@ -166,3 +166,14 @@ def test_hf_converters_with_a_fake_hub(monkeypatch, shared_data):
     for part in ("train", "val", "test"):
         assert ids(getattr(hf, part)) == ids(getattr(local, part))
     assert dict(calls)["AI-MO/aimo-validation-aime"] == bdata.HF_SOURCES["aime_trainval"]["revision"]
+
+
+def test_every_hub_source_is_pinned_to_a_revision():
+    """Issue 27: the runs load the same rows whenever they run (the paper's snapshot revisions are unpublished)."""
+    import re
+
+    for key, spec in bdata.HF_SOURCES.items():
+        assert re.fullmatch(r"[0-9a-f]{40}", spec["revision"] or ""), key
+    used = bdata.revisions_used({"pupa": "abc"})
+    assert used["pupa"]["revision"] == "abc"
+    assert used["hotpotqa"]["revision"] == bdata.HF_SOURCES["hotpotqa"]["revision"]
