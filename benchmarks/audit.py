@@ -139,7 +139,7 @@ def ablate_run(run_dir: Path, run: Mapping[str, Any], matches: Sequence[Match], 
     affected training rows and on the test rows, scored with the run's own context (`data`: the run's --data
     directory when the recorded one does not resolve from here)."""
     from benchmarks.run import build_program, context_for_run
-    from dspy_adaptive.program.scoring import score_example
+    from dspy_adaptive.record.experiment import score_split
     best = run["best_idx"]
     mine = [m for m in matches if m.candidate == best]
     if not mine:
@@ -150,7 +150,7 @@ def ablate_run(run_dir: Path, run: Mapping[str, Any], matches: Sequence[Match], 
             program = build_program("adaptive", {"library": library}, ctx, ctx.roles)
             import dspy
             with dspy.context(lm=ctx.roles.deep):
-                return [score_example(program, ex, ctx.metric, row_id=str(ex.id)).score for ex in rows]
+                return [s.score for s in score_split(program, rows, ctx.metric)]
 
         affected = {m.row_id for m in mine}
         train_rows = [ex for ex in mix.train if str(ex.id) in affected]

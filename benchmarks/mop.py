@@ -47,7 +47,7 @@ import dspy
 import numpy as np
 
 from dspy_adaptive.program.routed import RouteRecord
-from dspy_adaptive.program.scoring import score_example
+from dspy_adaptive.record.experiment import score_split
 from dspy_adaptive.reflection.traces import field_lines
 from dspy_adaptive.tasks import INPUT_FIELD
 from dspy_adaptive.tasks.programs import GenericTask
@@ -303,9 +303,7 @@ def _mean_score(program: Callable, rows: Sequence[dspy.Example], metric: Callabl
     """The mean of `score_example` over `rows` (a failed run or metric scores 0); 0 for no rows."""
     if not rows:
         return 0.0
-    from dspy.utils.parallelizer import ParallelExecutor
-    scores = ParallelExecutor(num_threads=num_threads, disable_progress_bar=True).execute(
-        lambda ex: score_example(program, ex, metric).score, list(rows))
+    scores = [s.score for s in score_split(program, rows, metric, num_threads=num_threads)]
     return float(sum(scores) / len(scores))
 
 

@@ -12,7 +12,7 @@ at the runner's default: `adaptive` and `adaptive[feedback=scalar]`. `--referenc
 RUN_DIRs. The reference's test rows are paired with every other label's by (seed, request id); requests or
 seeds present in only one of the two are counted and reported with the reason, never dropped silently, and a
 request id repeated inside one run is refused. For every label against the reference, per family and overall,
-per seed and pooled over seeds, `benchmarks.paired.paired_comparison` gives:
+per seed and pooled over seeds, `dspy_adaptive.record.paired.paired_comparison` gives:
 
 * the two means and the paired difference, with a 95% bootstrap interval (scipy.stats.bootstrap, paired,
   BCa; percentile when BCa cannot be computed);
@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.paired import PairedComparison, paired_comparison, smallest_testable_n
+from dspy_adaptive.record.paired import PairedComparison, paired_comparison, smallest_testable_n
 
 OVERALL = "overall"
 POOLED = "pooled"

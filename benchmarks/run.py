@@ -480,10 +480,8 @@ def selection_phase(ctx: Context, phases: Phases, selection_rows: Sequence[Any])
     if done is not None:
         print("[selection] already finished; skipping")
         return done
-    from dspy.utils.parallelizer import ParallelExecutor
-
     from benchmarks.selection import select
-    from dspy_adaptive.program.scoring import score_example
+    from dspy_adaptive.record.experiment import score_split
     record = json.loads((ctx.out / "search" / "run.json").read_text(encoding="utf-8"))
     args = ctx.args
     roles = ctx.roles.uncached() if args.selection_rollouts > 1 else ctx.roles
@@ -491,9 +489,8 @@ def selection_phase(ctx: Context, phases: Phases, selection_rows: Sequence[Any])
     def score(idx: int, rollout: int) -> list[float]:
         program = build_program("adaptive", {"library": record["candidates"][idx]}, ctx, roles)
         with dspy.context(lm=roles.deep):
-            return ParallelExecutor(num_threads=args.num_threads, disable_progress_bar=not ctx.progress,
-                                    max_errors=10 ** 9).execute(
-                lambda ex: score_example(program, ex, ctx.metric, row_id=str(ex.id)).score, list(selection_rows))
+            return [s.score for s in score_split(program, selection_rows, ctx.metric, num_threads=args.num_threads,
+                                                 progress=ctx.progress)]
 
     result = select(record["val_aggregate_scores"], args.finalists, args.selection_rollouts, score)
     payload = {**result.to_dict(), "selection_rows": len(selection_rows),
@@ -508,10 +505,8 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
     if done is not None:
         print(f"[{name}] already finished; skipping")
         return done["rows"]
-    from dspy.utils.parallelizer import ParallelExecutor
-
     from benchmarks.baselines import LabelRoutedProgram
-    from dspy_adaptive.program.scoring import score_example
+    from dspy_adaptive.record.experiment import score_split
     cached = build_program(method, spec, ctx, ctx.roles)
     uncached = build_program(method, spec, ctx, ctx.roles.uncached())   # AIME attempts: cache off
     attempts = max(1, ctx.args.aime_attempts)
@@ -520,32 +515,21 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
         if hasattr(program, "prefetch"):
             program.prefetch([ex.request for ex, _ in items if (ex.family == "aime") == family_aime])
 
-    def one(item):
-        ex, attempt = item
+    def program_for(ex, attempt):
         program = uncached if ex.family == "aime" else cached
         if isinstance(program, LabelRoutedProgram):
             program = program.for_example(ex)     # oracle routing by the true label (reference only)
-        r = score_example(program, ex, ctx.metric, row_id=str(ex.id))   # a failed rollout or metric scores 0
-        error = r.error or (f"metric failed: {r.metric_note}" if r.metric_note else None)
-        return {"id": str(ex.id), "family": ex.family, "attempt": attempt, "score": r.score, "route": r.executed,
-                "error": error}
+        return program
 
-    with dspy.context(lm=ctx.roles.deep):
-        runs = ParallelExecutor(num_threads=ctx.args.num_threads, disable_progress_bar=not ctx.progress,
-                                max_errors=10 ** 9, timeout=1800).execute(one, items)
-    rows: dict[str, dict] = {}
-    for r in runs:
-        row = rows.setdefault(r["id"], {"id": r["id"], "family": r["family"], "attempts": [], "routes": [],
-                                        "errors": []})
-        row["attempts"].append(r["score"])
-        row["routes"].append(r["route"])
-        if r["error"]:
-            row["errors"].append(r["error"])
+    with dspy.context(lm=ctx.roles.deep):          # a failed rollout or metric scores 0; AIME: pass@1 over attempts
+        scored = score_split(None, ctx.mixture.test, ctx.metric, num_threads=ctx.args.num_threads,
+                             attempts=lambda ex: attempts if ex.family == "aime" else 1, program_for=program_for,
+                             progress=ctx.progress)
     out = []
-    for row in rows.values():
-        row["score"] = sum(row["attempts"]) / len(row["attempts"])   # AIME: pass@1 over attempts
-        row["route"] = row["routes"][0]                               # first attempt's executed slot
-        out.append(row)
+    for s in scored:
+        row = s.to_dict()
+        out.append({"id": s.id, "family": s.family, "attempts": row["attempts"], "routes": row["routes"],
+                    "errors": row["errors"], "score": s.score, "route": s.executed})
     phases.save(name, {"rows": out})
     return out
 

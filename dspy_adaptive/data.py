@@ -34,6 +34,11 @@ def _content_id(example: dspy.Example) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
 
+def example_id(example: dspy.Example) -> str:
+    """An example's id: its `id` field, else a content hash (the same in every process)."""
+    return str(example["id"]) if "id" in example else _content_id(example)
+
+
 def make_rows(examples: Sequence[dspy.Example] | None, name: str) -> tuple[Row, ...]:
     """Validate a train/val set and give each example a stable id."""
     if examples is None:

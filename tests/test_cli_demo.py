@@ -41,7 +41,9 @@ def test_the_scripted_tour_accepts_an_edit_and_the_report_explains_it(tmp_path):
     accepted = [line for line in report.splitlines() if line.startswith("| accepted | - |")]
     assert accepted and int(accepted[0].split("|")[3]) >= 1, report      # the tour shows the accept path
     assert "repair calls" in report and "scripted tour" in report
-    assert "paired requests (95% bootstrap interval" in report or "is the seed itself" in report
+    assert "paired requests (95% BCa bootstrap interval" in report or "is the seed itself" in report
+    comparison = json.loads((out / "results.json").read_text())["test_comparison"]   # the protocol's statistics
+    assert comparison is None or {"ci_low", "p_value", "effect_size", "wins"} <= set(comparison)
     for png in ("learning_curve.png", "routing_heatmap.png", "lineage.png", "family_scores.png"):
         assert f"]({png})" in report, png                               # every plot is linked
     assert "hotpotqa" not in report.split("## Search record")[0]       # friendly family names

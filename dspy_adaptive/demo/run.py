@@ -16,19 +16,16 @@ budget, progress bars, and resume on rerun. It writes to `out`:
 
 from __future__ import annotations
 
-import contextvars
+import dataclasses
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import dspy
-from tqdm.auto import tqdm
 
 from dspy_adaptive.escaping import md_code
-from dspy_adaptive.program.scoring import score_example
 from dspy_adaptive.schema import slot_label
 
 FAMILY_NAMES = {"hotpotqa": "multi-hop QA", "aime": "arithmetic", "pupa": "private rewrite",
@@ -98,18 +95,11 @@ def demo_examples() -> tuple[list[dspy.Example], list[dspy.Example], list[dspy.E
 
 def evaluate_on(program: Any, examples: Sequence[dspy.Example], metric: Any, desc: str,
                 num_threads: int = 1) -> list[dict[str, Any]]:
-    """Score `program` on `examples` (through `scoring.score_example`): one row per example with its
-    family, score, error and executed slot."""
-    def one(ex: dspy.Example) -> dict[str, Any]:
-        r = score_example(program, ex, metric, row_id=ex.id)
-        return {"id": ex.id, "family": ex.family, "score": r.score, "error": r.error, "executed": r.executed}
-
-    rows: list[dict[str, Any]] = []
-    with ThreadPoolExecutor(max_workers=max(1, num_threads)) as pool:
-        futures = [pool.submit(contextvars.copy_context().run, one, ex) for ex in examples]
-        for f in tqdm(futures, desc=desc, unit="row"):
-            rows.append(f.result())
-    return rows
+    """Score `program` on `examples` through the package's one split scorer (`record.experiment.score_split`):
+    one row per example with its family, score, errors and executed slot."""
+    from dspy_adaptive.record.experiment import score_split
+    print(f"[demo] {desc}: {len(examples)} requests")
+    return [r.to_dict() for r in score_split(program, examples, metric, num_threads=num_threads, progress=True)]
 
 
 def family_means(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -207,6 +197,7 @@ def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
     from dspy_adaptive.optimizers.adaptive_gepa import ResumeMismatchError
     from dspy_adaptive.record.analysis import write_labels
     from dspy_adaptive.record.plots import plot_family_scores, plot_learning_curve, plot_lineage, plot_routing_heatmap
+    from dspy_adaptive.record.writer import write_record
     from dspy_adaptive.tasks.metrics import MixtureMetric
     from dspy_adaptive.tasks.programs import SeedProgram
     from dspy_adaptive.tasks.retrieval import make_search_tool
@@ -267,12 +258,20 @@ def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
     routed.save(str(out / "routed.json"))
     routed.export(out / "library")
     test_labels = {r["id"]: friendly(r["family"]) for r in tests["optimized"]}
-    plot_learning_curve(result, out / "learning_curve.png")
-    plot_lineage(result, out / "lineage.png")
-    plot_family_scores(result, {e.id: friendly(e.family) for e in val}, out / "family_scores.png")
-    plot_routing_heatmap(_with_test_routes(result, tests["optimized"]), test_labels, out / "routing_heatmap.png",
-                         candidate=result.best_idx, split="test")
-    (out / "report.md").write_text(render_report(result, tests, c, clock.total, clock.sessions), encoding="utf-8")
+    gain = paired_gain(tests["seed"], tests["optimized"])
+    data = {"config": dataclasses.asdict(c), "wall_seconds": round(clock.total, 1), "sessions": clock.sessions,
+            "best_candidate": result.best_idx, "test_family_means": {k: family_means(tests[k])
+                                                                     for k in ("seed", "optimized")},
+            "test_comparison": gain.to_dict() if gain is not None else None}
+    write_record(out, data=data, data_name="results.json",
+                 report=render_report(result, tests, c, clock.total, clock.sessions, gain), plots={
+                     "learning_curve.png": lambda path: plot_learning_curve(result, path),
+                     "lineage.png": lambda path: plot_lineage(result, path),
+                     "family_scores.png": lambda path: plot_family_scores(result, {e.id: friendly(e.family)
+                                                                                   for e in val}, path),
+                     "routing_heatmap.png": lambda path: plot_routing_heatmap(
+                         _with_test_routes(result, tests["optimized"]), test_labels, path,
+                         candidate=result.best_idx, split="test")})
     routed.close()
     print(f"[demo] done in {clock.total / 60:.1f} min"
           + (f" over {clock.sessions} sessions" if clock.sessions > 1 else "") + f"; report: {out / 'report.md'}")
@@ -291,38 +290,31 @@ def _with_test_routes(result: Any, rows: Sequence[dict[str, Any]]) -> Any:
     return replace(result, executed=executed)
 
 
-def paired_gain(seed_rows: Sequence[dict[str, Any]], opt_rows: Sequence[dict[str, Any]],
-              seed: int = 0) -> dict[str, Any]:
-    """The optimized-minus-seed test difference, paired by request: mean, a bootstrap 95% interval
-    (scipy.stats.bootstrap over the paired differences), and whether the interval excludes 0."""
-    import numpy as np
-    from scipy.stats import bootstrap
-
-    seed_by = {r["id"]: r["score"] for r in seed_rows}
-    diffs = np.array([r["score"] - seed_by[r["id"]] for r in opt_rows if r["id"] in seed_by], dtype=float)
-    if len(diffs) == 0:
-        return {"n": 0, "mean": 0.0, "low": 0.0, "high": 0.0, "real": False}
-    mean = float(diffs.mean())
-    if np.allclose(diffs, diffs[0]):
-        low = high = mean
-    else:
-        ci = bootstrap((diffs,), np.mean, confidence_level=0.95, n_resamples=2000, method="percentile",
-                       random_state=seed).confidence_interval
-        low, high = float(ci.low), float(ci.high)
-    return {"n": int(len(diffs)), "mean": mean, "low": low, "high": high,
-            "real": bool(low > 0 or high < 0)}
+def paired_gain(seed_rows: Sequence[dict[str, Any]], opt_rows: Sequence[dict[str, Any]]) -> Any:
+    """The optimized-minus-seed test difference paired by request, by the protocol report's own statistics
+    (`record.paired.paired_comparison`: BCa interval, signed-rank p, d_z, and "too small" below its minimum);
+    None when no request is in both."""
+    from dspy_adaptive.record.experiment import compare
+    seed_ids = {r["id"] for r in seed_rows}
+    if not any(r["id"] in seed_ids for r in opt_rows):
+        return None
+    return compare(seed_rows, opt_rows)
 
 
-def gain_sentence(gain: dict[str, Any], same_program: bool) -> str:
+def gain_sentence(gain: Any, same_program: bool) -> str:
     if same_program:
         return ("The optimized program is the seed itself (no edit beat it on validation), so test did not move; "
                 "its test scores are the seed's.")
-    if gain["n"] == 0:
+    if gain is None:
         return "No test rows to compare."
-    verdict = ("above the noise of this split: the interval excludes 0" if gain["real"] else
-               "within the noise of this split: the interval includes 0, so this run does not show a real change")
-    return (f"Test mean changed by {100 * gain['mean']:+.1f} points over {gain['n']} paired requests (95% bootstrap "
-            f"interval {100 * gain['low']:+.1f} to {100 * gain['high']:+.1f}): {verdict}.")
+    head = f"Test mean changed by {100 * gain.diff:+.1f} points over {gain.n} paired requests"
+    if gain.too_small:
+        return f"{head}: too few requests to tell whether that is above the noise (n < {gain.min_pairs})."
+    verdict = ("above the noise of this split: the interval excludes 0 and the signed-rank test agrees"
+               if gain.significant else
+               "within the noise of this split, so this run does not show a real change")
+    return (f"{head} (95% BCa bootstrap interval {100 * gain.ci_low:+.1f} to {100 * gain.ci_high:+.1f}, "
+            f"signed-rank p = {gain.p_value:.3g}): {verdict}.")
 
 
 def what_happened(result: Any) -> list[str]:
@@ -364,7 +356,8 @@ def what_happened(result: Any) -> list[str]:
     return lines
 
 
-def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: float, sessions: int = 1) -> str:
+def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: float, sessions: int = 1,
+                  gain: Any = None) -> str:
     from dspy_adaptive.record.analysis import majority_mapping_agreement
     from dspy_adaptive.record.run_record import render_markdown
 
@@ -375,7 +368,7 @@ def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: 
         return sum(d.values()) / len(d)
 
     same = result.best_idx == 0
-    gain = paired_gain(tests["seed"], tests["optimized"])
+    gain = gain if gain is not None else paired_gain(tests["seed"], tests["optimized"])
     over = f" over {sessions} sessions (resumed {sessions - 1}x)" if sessions > 1 else ""
     lines = ["# Adaptive-GEPA demo (offline, built-in mini mixture)", "",
              f"Actor/router/judge: {md_code(config.actor_lm)}; reflection: {md_code(config.reflection_lm)} "

@@ -163,10 +163,6 @@ class Library:
         canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
-    @property
-    def short_hash(self) -> str:
-        return self.content_hash[:12]
-
     def _check_id(self, k: int) -> None:
         if not isinstance(k, int) or not 1 <= k <= len(self.slots):
             raise IndexError(f"Slot ids run 1..{len(self.slots)}; got {k!r} (0 is the fallback, not a slot)")

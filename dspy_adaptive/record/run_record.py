@@ -243,12 +243,10 @@ def metric_fault_lines(faults: Mapping[str, Any] | None) -> list[str]:
 # -- writing the record --------------------------------------------------------------------------------
 
 def write_run_record(result: AdaptiveGEPAResult, log_dir: str | Path) -> Path:
-    root = Path(log_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "run.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")
-    (root / "report.md").write_text(render_markdown(result), encoding="utf-8")
-    plot_learning_curve(result, root / "learning_curve.png")
-    return root
+    """run.json, report.md and learning_curve.png of a search (through the one record writer)."""
+    from dspy_adaptive.record.writer import write_record
+    return write_record(log_dir, data=result.to_dict(), report=render_markdown(result),
+                        plots={"learning_curve.png": lambda path: plot_learning_curve(result, path)})
 
 
 def load_run(log_dir: str | Path) -> AdaptiveGEPAResult:
@@ -267,22 +265,11 @@ def best_so_far(result: AdaptiveGEPAResult) -> list[tuple[int, float]]:
 
 
 def plot_learning_curve(result: AdaptiveGEPAResult, path: str | Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = best_so_far(result)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.scatter(result.discovery_eval_counts, result.val_aggregate_scores, s=14, alpha=0.5, label="candidates")
-    ax.step([p[0] for p in pts] + [result.total_metric_calls], [p[1] for p in pts] + [pts[-1][1]],
-            where="post", label="best so far")
-    ax.set_xlabel("scored calls")
-    ax.set_ylabel("validation mean")
-    ax.set_title("Adaptive-GEPA: validation mean vs scored calls")
-    ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    """Best validation mean vs scored calls, every candidate as a point."""
+    from dspy_adaptive.record.curves import learning_curve
+    learning_curve(path, best_so_far(result), end=result.total_metric_calls,
+                   points=list(zip(result.discovery_eval_counts, result.val_aggregate_scores)),
+                   title="Adaptive-GEPA: validation mean vs scored calls", ylabel="validation mean")
 
 
 def usage_lines(r: AdaptiveGEPAResult) -> list[str]:

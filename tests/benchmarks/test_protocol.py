@@ -1,5 +1,5 @@
-"""benchmarks.paired / benchmarks.protocol: paired statistics checked against scipy and hand-computed cases, and
-run labels. (The same on real run directories: tests/bench_run/test_gain_walkthrough.py.)"""
+"""dspy_adaptive.record.paired / benchmarks.protocol: paired statistics checked against scipy and hand-computed
+cases, and run labels. (The same on real run directories: tests/bench_run/test_gain_walkthrough.py.)"""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 
 from benchmarks import protocol
-from benchmarks.paired import paired_comparison, smallest_testable_n
 from benchmarks.protocol import POOLED, Run, compare_methods, find_runs, selection_gaps
+from dspy_adaptive.record.paired import paired_comparison, smallest_testable_n
 
 
 def test_hand_computed_case():

@@ -17,7 +17,6 @@ action, arguments, observation size, cost and commit; every checkpoint), report.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -26,7 +25,6 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from dspy_adaptive import checks
 from dspy_adaptive.data import InputError, input_keys
-from dspy_adaptive.escaping import md_cell, md_fence
 from dspy_adaptive.optimizers.assembly import BudgetLimits, RunSpec, assemble, describe_lm, spec_identity
 from dspy_adaptive.optimizers.inputs import compile_rows
 from dspy_adaptive.optimizers.oeo.contract import Contract
@@ -34,6 +32,7 @@ from dspy_adaptive.optimizers.oeo.runner import Runner, Turn
 from dspy_adaptive.program.library import Library
 from dspy_adaptive.program.routed import RoutedProgram
 from dspy_adaptive.program.settings import ProgramSettings
+from dspy_adaptive.record.oeo_record import action_counts, write_record
 from dspy_adaptive.reflection.propose import program_contract
 from dspy_adaptive.sandbox.settings import SandboxSettings
 from dspy_adaptive.search.execution import ExecutionSettings
@@ -153,79 +152,7 @@ class OpenEndedOptimizer(Teleprompter):
                 "checkpoints": [cp.to_dict() | {"val_mean": cp.val_mean} for cp in c.checkpoints],
                 "turns": [t.to_dict() for t in runner.turns], "usage": runner.meter.snapshot(),
                 "operational_failures": sum(1 for t in runner.turns if not t.ok),
-                "actions": _action_counts(runner.turns)}
+                "actions": action_counts([t.tool for t in runner.turns], [t.ok for t in runner.turns])}
 
 
-def _action_counts(turns: Sequence[Turn]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for t in turns:
-        entry = out.setdefault(t.tool, {"turns": 0, "refused": 0})
-        entry["turns"] += 1
-        entry["refused"] += int(not t.ok)
-    return out
-
-
-def write_record(record: Mapping[str, Any], log_dir: Path) -> None:
-    """run.json, report.md and learning_curve.png of an OEO run."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    (log_dir / "run.json").write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
-    (log_dir / "report.md").write_text(render_report(record), encoding="utf-8")
-    plot_learning_curve(record, log_dir / "learning_curve.png")
-
-
-def render_report(r: Mapping[str, Any]) -> str:
-    b = r["budget"]
-    lines = ["# Open-ended optimization run", "",
-             f"- selected checkpoint: #{r['selected']}; stopped: {r['stop_reason'] or 'n/a'}",
-             f"- scored calls: {b['spent']} of {b['max']}; by kind: "
-             + ", ".join(f"{k} {v}" for k, v in b["by_kind"].items() if v),
-             f"- turns: {len(r['turns'])}; operational failures (refused actions): {r['operational_failures']}", "",
-             "## Actions", "", "| action | turns | refused |", "|---|---:|---:|"]
-    lines += [f"| {md_cell(a)} | {c['turns']} | {c['refused']} |" for a, c in r["actions"].items()]
-    lines += ["", "## Checkpoints", "", "| # | from | validation mean | active slots |", "|---:|---:|---:|---|"]
-    for cp in r["checkpoints"]:
-        mean = "—" if cp["val_mean"] is None else f"{cp['val_mean']:.4f}"
-        active = [str(k) for k, s in enumerate(cp["library"]["slots"], start=1) if s.get("active")]
-        lines.append(f"| {cp['index']} | {cp['parent'] if cp['parent'] is not None else '-'} | {mean} | "
-                     f"{','.join(active) or '-'} |")
-    lines += ["", "## Turns", "", "| turn | action | ok | observation chars | spent after | commit | error |",
-              "|---:|---|---|---:|---:|---:|---|"]
-    for t in r["turns"]:
-        commit, error = t["commit"] if t["commit"] is not None else "", md_cell((t["error"] or "")[:200])
-        lines.append(f"| {t['index']} | {md_cell(t['tool'])} | {'yes' if t['ok'] else 'no'} | "
-                     f"{t['observation_chars']} | {t['spent_after']} | {commit} | {error} |")
-    selected = r["checkpoints"][r["selected"]]["library"]
-    lines += ["", "## Selected library", "", "Router:", "", md_fence(selected["router"], "text"), ""]
-    for k, slot in enumerate(selected["slots"], start=1):
-        if slot.get("active"):
-            lines += [f"### Slot {k} ({slot['profile']})", "", md_fence(slot["description"], "text"), "",
-                      md_fence(slot["program_source"], "python"), ""]
-    lines += ["![learning curve](learning_curve.png)", ""]
-    return "\n".join(lines)
-
-
-def plot_learning_curve(r: Mapping[str, Any], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    means = {cp["index"]: cp["val_mean"] for cp in r["checkpoints"]}
-    points = [(t["spent_after"], means.get(_evaluated(t))) for t in r["turns"] if t["tool"] == "evaluate" and t["ok"]]
-    points = [(x, y) for x, y in points if y is not None]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    if points:
-        ax.plot([p[0] for p in points], [p[1] for p in points], "o-")
-    ax.set_xlabel("scored calls")
-    ax.set_ylabel("validation mean of the evaluated checkpoint")
-    ax.set_title("OEO: checkpoint evaluations")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _evaluated(turn: Mapping[str, Any]) -> int | None:
-    cp = (turn.get("args") or {}).get("checkpoint")
-    return cp if isinstance(cp, int) else None
-
-
-__all__ = ["OpenEndedOptimizer", "render_report", "write_record"]
+__all__ = ["OpenEndedOptimizer"]

@@ -1,4 +1,5 @@
-"""One paired comparison of two score lists over the same requests: the protocol's statistics routine.
+"""One paired comparison of two score lists over the same requests: the one statistics routine of the package,
+used by the demo ("is the test change above the noise?") and the protocol report (every method, family and seed).
 
 `paired_comparison(reference, method)` is pure (numpy and scipy only, no files, no global state) so any
 "is this change above the noise?" check can call it: `benchmarks.protocol` does for every method, family and
