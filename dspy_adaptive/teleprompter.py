@@ -252,6 +252,11 @@ class AdaptiveGEPA(Teleprompter):
             stay in this process.
         address: a Ray cluster address (e.g. "ray://head:10001" or "auto"); giving one means executor="ray".
             With executor="ray" and no address, a running Ray is joined, else a local one is started.
+        distill_router: after the search, distill the best program's LM router into a calibrated classifier
+            over the request text and serve with it (`RoutedProgram.distill_router` on the train and validation
+            requests; a request it is unsure of still goes to the LM router). True, or a
+            `dspy_adaptive.distill.DistillSettings` (threshold, candidates, extra unlabeled `requests`, ...).
+            The run record and report.md show what was built and its held-out figures (or why none was).
     """
 
     def __init__(
@@ -306,6 +311,7 @@ class AdaptiveGEPA(Teleprompter):
         proposal_format: str = "code",
         executor: str | None = None,
         address: str | None = None,
+        distill_router: Any = False,
     ):
         super().__init__()
         _check_metric(metric)
@@ -433,6 +439,11 @@ class AdaptiveGEPA(Teleprompter):
             from dspy_adaptive.search.ray_executor import require_ray
             require_ray()                  # a clear error now, before any LM money is spent
         self.executor, self.address = executor, address
+        from dspy_adaptive.distill import DistillSettings
+        if not isinstance(distill_router, (bool, DistillSettings)):
+            raise InputError("distill_router must be True/False or a dspy_adaptive.distill.DistillSettings, got "
+                             f"{type(distill_router).__name__}")
+        self.distill_router = distill_router
 
     # -- budget --------------------------------------------------------------------------------------
     def _budget_calls(self, student: dspy.Module, n_train: int, n_val: int) -> int:
@@ -568,6 +579,10 @@ class AdaptiveGEPA(Teleprompter):
         routed._sandbox, routed._owns_sandbox = pool, True
         routed._route_memo = None
         base._route_memo = None
+        if self.distill_router:
+            from dspy_adaptive.distill.compile import distill_after_compile
+            result = dataclasses.replace(result, distilled_router=distill_after_compile(
+                routed, train, val, self.distill_router, num_threads))
         if self.track_stats:
             routed.detailed_results = DetailedResults.build(
                 result, base, val, evaluator.cache, track_best_outputs=self.track_best_outputs)
