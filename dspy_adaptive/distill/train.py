@@ -12,12 +12,13 @@ out-of-fold scores (`CalibratedClassifierCV(method="temperature", ensemble=False
 
 Selection is on held-out requests: stratified K-fold over the labelled requests, each fold's pipeline
 (vocabulary, term selection, classifier) fitted on the other folds only, the temperature fitted on the
-out-of-fold scores. The candidate with the highest held-out agreement with the LM router
-wins (ties: the one that answers more requests itself at the target agreement). Unless a threshold is given,
+out-of-fold scores (with Platt's out-of-sample targets: `fit_temperature`). The candidate with the highest
+held-out agreement with the LM router wins (ties: the one that answers more requests itself at the target
+agreement). Unless a threshold is given,
 the threshold is the lowest confidence at which the winner's held-out answers agree with the LM router at
 `target_agreement` or better; a request below it is left to the LM router. The final model is the winner
 refitted on every labelled request with that temperature: what `CalibratedClassifierCV(method="temperature",
-ensemble=False)` computes with the same folds (tests/distill checks that it is).
+ensemble=False)` computes with the same folds, but for the smoothed targets (tests/distill checks both).
 
 A slot the LM router chose for fewer than `MIN_CLASS_EXAMPLES` requests cannot be learnt or calibrated: its
 requests are left out of training and count against the held-out agreement (they are scored by the final
@@ -136,18 +137,31 @@ def _logits(pipe, x: Any) -> np.ndarray:
     return np.column_stack([-z, z]) if z.ndim == 1 else z
 
 
-def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
+def fit_temperature(logits: np.ndarray, labels: np.ndarray, smoothing: bool = True) -> float:
     """The inverse temperature beta minimising the log loss of softmax(beta * logits) against `labels` (column
-    indices) -- scikit-learn's temperature scaling (CalibratedClassifierCV(method="temperature"))."""
+    indices): scikit-learn's temperature scaling (CalibratedClassifierCV(method="temperature")) when `smoothing`
+    is False. With `smoothing` (the default) the targets are Platt's out-of-sample ones, as scikit-learn's sigmoid
+    calibration uses: (n + 1) / (n + 2) for the observed slot, the rest shared by the others. Without it, held-out
+    scores that happen to separate every request drive beta to its bound and every confidence to 1.0 -- a
+    certainty that a few dozen requests cannot show, and a threshold could not tell requests apart."""
     from scipy.optimize import minimize_scalar
 
     z = np.asarray(logits, dtype=float)
     idx = np.asarray(labels, dtype=int)
+    n, k = z.shape
+    targets = np.zeros_like(z)
+    if smoothing and k > 1:
+        top = (n + 1.0) / (n + 2.0)
+        targets += (1.0 - top) / (k - 1)
+        targets[np.arange(n), idx] = top
+    else:
+        targets[np.arange(n), idx] = 1.0
 
     def loss(log_beta: float) -> float:
         s = np.exp(log_beta) * z
         s = s - s.max(axis=1, keepdims=True)
-        return float(np.mean(np.log(np.exp(s).sum(axis=1)) - s[np.arange(len(idx)), idx]))
+        log_p = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
+        return float(-np.mean((targets * log_p).sum(axis=1)))
 
     return float(np.exp(minimize_scalar(loss, bounds=(-10.0, 10.0), method="bounded",
                                         options={"xatol": 1e-10}).x))

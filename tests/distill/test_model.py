@@ -7,11 +7,19 @@ import json
 import numpy as np
 import pytest
 from sklearn.calibration import CalibratedClassifierCV
-from sklearn.model_selection import StratifiedKFold
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
 from dspy_adaptive.distill import DistilledRouter, DistilledRouterError, DistillError, DistillSettings
 from dspy_adaptive.distill.model import Binding
-from dspy_adaptive.distill.train import HeldOut, candidate_pipeline, choose_threshold, extract, held_out, train_router
+from dspy_adaptive.distill.train import (
+    HeldOut,
+    candidate_pipeline,
+    choose_threshold,
+    extract,
+    fit_temperature,
+    held_out,
+    train_router,
+)
 from tests.distill import common
 
 BINDING = Binding("a" * 64, "b" * 64, ("question",))
@@ -31,16 +39,23 @@ def labelled(classes=(1, 2, 0)):
 @pytest.mark.parametrize("name", ["tfidf-word", "binary-word", "binary-char"])
 @pytest.mark.parametrize("classes", [(1, 2, 0), (1, 0)])
 def test_probabilities_are_calibrated_classifier_cvs(name, classes):
-    """held_out's temperature and the extracted data reproduce CalibratedClassifierCV(method="temperature",
-    ensemble=False) with the same folds, to float precision, for two and three slots."""
+    """The extracted data reproduce CalibratedClassifierCV(method="temperature", ensemble=False) with the same folds,
+    to float precision, for two and three slots; held_out's temperature is the same fit on the same out-of-fold
+    scores with Platt's smoothed targets (unsmoothed, it is scikit-learn's)."""
     texts, y = labelled(classes)
     x = np.asarray(texts, dtype=object)
     cv = StratifiedKFold(SETTINGS.folds, shuffle=True, random_state=SETTINGS.seed)
     ref = CalibratedClassifierCV(candidate_pipeline(name, SETTINGS), method="temperature", ensemble=False, cv=cv)
     ref.fit(x, y)
     held = held_out(name, texts, y, np.zeros(len(y), dtype=bool), SETTINGS)
-    assert held.beta == pytest.approx(float(ref.calibrated_classifiers_[0].calibrators[0].beta_), rel=1e-5)
-    ours = extract(name, ref.calibrated_classifiers_[0].estimator, BINDING, held.beta)
+    cv_logits = cross_val_predict(candidate_pipeline(name, SETTINGS), x, y, cv=cv, method="decision_function")
+    cv_logits = np.column_stack([-cv_logits, cv_logits]) if cv_logits.ndim == 1 else cv_logits
+    idx = np.searchsorted(np.unique(y), y)
+    sklearn_beta = float(ref.calibrated_classifiers_[0].calibrators[0].beta_)
+    assert fit_temperature(cv_logits, idx, smoothing=False) == pytest.approx(sklearn_beta, rel=1e-4)
+    assert held.beta == pytest.approx(fit_temperature(cv_logits, idx), rel=1e-9)   # the same folds, smoothed
+    assert held.beta < sklearn_beta or sklearn_beta == pytest.approx(np.exp(10.0), rel=1e-3)
+    ours = extract(name, ref.calibrated_classifiers_[0].estimator, BINDING, sklearn_beta)
     probe = texts + ["add: 100 200", "reverse: something", "what is this?", ""]
     np.testing.assert_allclose(ours.predict_proba(probe), ref.predict_proba(np.asarray(probe, dtype=object)),
                                rtol=1e-5, atol=1e-9)
@@ -134,3 +149,15 @@ def test_no_threshold_meeting_the_target_raises_distill_error():
     labels = np.array([i % 3 == 0 for i in range(24)], dtype=int)      # not a function of the text
     with pytest.raises(DistillError, match="no confidence threshold"):
         train_router(texts, labels, BINDING, DistillSettings(folds=3, target_agreement=0.99, min_threshold=0.9))
+
+
+def test_smoothed_temperature_stays_finite_when_held_out_scores_separate_everything():
+    logits = np.array([[4.0, -4.0], [3.0, -3.0], [-5.0, 5.0], [-2.0, 2.0]])
+    labels = np.array([0, 0, 1, 1])
+    from dspy_adaptive.distill.model import softmax_rows
+    raw = fit_temperature(logits, labels, smoothing=False)
+    assert np.all(softmax_rows(raw * logits).max(axis=1) == 1.0)     # unsmoothed: certain of everything
+    beta = fit_temperature(logits, labels)
+    assert 0.1 < beta < raw
+    top = softmax_rows(beta * logits).max(axis=1)
+    assert top.max() < 1.0 and len(set(np.round(top, 9))) == 4     # confidences still tell requests apart
