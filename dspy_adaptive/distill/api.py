@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import dspy
 
@@ -19,8 +19,9 @@ from dspy_adaptive.distill.text import request_text
 from dspy_adaptive.distill.train import DistillError, DistillSettings, train_router
 from dspy_adaptive.usage import UsageMeter
 
-if TYPE_CHECKING:  # pragma: no cover
-    from dspy_adaptive.routed_program import RoutedProgram
+#: a dspy_adaptive.routed_program.RoutedProgram (not imported: it imports this package)
+RoutedProgram = Any
+
 
 
 def request_inputs(request: Any, input_names: Sequence[str]) -> dict[str, Any]:

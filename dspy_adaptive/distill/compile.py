@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from dspy_adaptive.distill.report import compile_record
 from dspy_adaptive.distill.train import DistillError, DistillSettings
 
-if TYPE_CHECKING:  # pragma: no cover
-    from dspy_adaptive.data import Row
-    from dspy_adaptive.routed_program import RoutedProgram
+#: a dspy_adaptive.routed_program.RoutedProgram (not imported: it imports this package)
+RoutedProgram = Any
+
 
 log = logging.getLogger(__name__)
 
 
-def distill_after_compile(routed: "RoutedProgram", train: Sequence["Row"], val: Sequence["Row"],
+def distill_after_compile(routed: "RoutedProgram", train: Sequence[Any], val: Sequence[Any],
                           option: Any, num_threads: int | None = None) -> dict[str, Any]:
     """Distil `routed` on the train and validation requests (once each; the validation set may be the train
     set) plus the option's own requests; the run record's entry. Never raises for a distillation that could not

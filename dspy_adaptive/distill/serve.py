@@ -10,13 +10,14 @@ when a saved program is loaded. A saved router that is malformed or tampered wit
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from dspy_adaptive.distill.embed import is_available
 from dspy_adaptive.distill.model import Binding, Decision, DistilledRouter, DistilledRouterError, router_hash
 
-if TYPE_CHECKING:  # pragma: no cover
-    from dspy_adaptive.routed_program import RoutedProgram
+#: a dspy_adaptive.routed_program.RoutedProgram (not imported: it imports this package)
+RoutedProgram = Any
+
 
 log = logging.getLogger(__name__)
 STATE_KEY = "distilled_router"
