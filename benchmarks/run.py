@@ -138,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default=None,
                    help="comma-separated seeds, e.g. 0,1,2: run the method once per seed, each in <out>/seed-<n> "
                         "(resumable; finished seeds are skipped), for benchmarks.protocol")
+    p.add_argument("--distill-router", action="store_true",
+                   help="routed methods (adaptive, one-shot, oeo): after the test, distil the program's LM router "
+                        "(RoutedProgram.distill_router on train + validation) and measure it on test against the LM "
+                        "router: agreement, share still calling the LM router, router calls and tokens saved, routing "
+                        "latency, and the task score with a paired interval (benchmarks.distill). A finished run "
+                        "rerun with it only runs this phase")
     p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
                    help="merge finished runs' results.json into one Table 2 (+ Table 4); writes --out/tables.md "
                         "when --out is given")
@@ -444,14 +450,22 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
     if done is not None:
         print(f"[{name}] already finished; skipping")
         return done["rows"]
+    cached = build_program(method, spec, ctx, ctx.roles)
+    uncached = build_program(method, spec, ctx, ctx.roles.uncached())   # AIME attempts: cache off
+    out = score_examples(ctx, cached, uncached, ctx.mixture.test)
+    phases.save(name, {"rows": out})
+    return out
+
+
+def score_examples(ctx: Context, cached: Any, uncached: Any, examples: Sequence[Any]) -> list[dict]:
+    """One row per example: its score (AIME: pass@1 over --aime-attempts on `uncached`, others once on `cached`),
+    the executed slot of its first attempt, and any errors."""
     from dspy.utils.parallelizer import ParallelExecutor
 
     from benchmarks.baselines import LabelRoutedProgram
     from dspy_adaptive.scoring import score_example
-    cached = build_program(method, spec, ctx, ctx.roles)
-    uncached = build_program(method, spec, ctx, ctx.roles.uncached())   # AIME attempts: cache off
     attempts = max(1, ctx.args.aime_attempts)
-    items = [(ex, a) for ex in ctx.mixture.test for a in range(attempts if ex.family == "aime" else 1)]
+    items = [(ex, a) for ex in examples for a in range(attempts if ex.family == "aime" else 1)]
 
     def one(item):
         ex, attempt = item
@@ -479,7 +493,6 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
         row["score"] = sum(row["attempts"]) / len(row["attempts"])   # AIME: pass@1 over attempts
         row["route"] = row["routes"][0]                               # first attempt's executed slot
         out.append(row)
-    phases.save(name, {"rows": out})
     return out
 
 
@@ -601,6 +614,8 @@ def run(args: argparse.Namespace) -> dict:
     config = config_of(args, sizes, minibatch)
     config_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     phases = Phases(out, config_hash)
+    if getattr(args, "distill_router", False):   # after the hash: it changes no search or test phase
+        config["distill_router"] = True
 
     ctx, retrieval = build_context(args, mixture, out, minibatch, progress)
     pool = ctx.pool
@@ -619,6 +634,11 @@ def run(args: argparse.Namespace) -> dict:
                 selection = {k: v for k, v in selection.items() if k != "libraries"}
                 selection["test_validation_pick"] = sum(r["score"] for r in rows) / len(rows)
                 selection["test_selection_pick"] = sum(r["score"] for r in pick_rows) / len(pick_rows)
+            distill = None
+            if getattr(args, "distill_router", False):
+                from benchmarks.distill import distill_phase
+                print("[distill] distilling the LM router and measuring it on test")
+                distill = distill_phase(args.method, search["spec"], ctx, phases, rows)
     finally:
         pool.close()
 
@@ -639,6 +659,8 @@ def run(args: argparse.Namespace) -> dict:
     }
     if selection is not None:
         results["selection"] = selection
+    if distill is not None:
+        results["distill"] = {k: v for k, v in distill.items() if k != "distilled_router"}
     if args.method in ("adaptive", "mop", "oeo"):
         results["routing"] = tables.routing_from_rows(rows)
     if args.method == "oeo":
