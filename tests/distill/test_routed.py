@@ -179,3 +179,34 @@ def test_distilling_a_program_with_one_choice_raises_and_keeps_the_lm_router():
     with pytest.raises(DistillError, match="fewer than two slots"):
         routed.distill_router([e for e in common.requests(8) if e.question.startswith("add:")], FAST)
     assert routed.distilled_router is None
+
+
+def test_an_embedding_candidate_is_data_too_and_needs_its_embedder_to_serve(tmp_path, caplog):
+    import hashlib
+
+    import numpy as np
+
+    from dspy_adaptive.distill import register_embedder
+    from dspy_adaptive.distill.embed import unregister_embedder
+
+    def hashed(texts):                                   # a deterministic stand-in for a sentence embedder
+        out = np.zeros((len(texts), 32))
+        for i, t in enumerate(texts):
+            for w in t.lower().replace(":", " ").split():
+                out[i, int(hashlib.sha1(w.encode()).hexdigest(), 16) % 32] += 1.0
+        return out
+
+    register_embedder("test-hashed", hashed)
+    try:
+        routed = common.program()
+        d = routed.distill_router(common.requests(8), DistillSettings(candidates=("embedding:test-hashed",), folds=3))
+        assert d.features.kind == "embedding" and d.features.dim == 32 and d.coef.shape[1] == 32
+        assert [x.slot for x in d.decide_texts(["add: 3 4", "reverse: lamp"])] == [1, 2]
+        state = json.loads(json.dumps(routed.dump_state()))
+        assert state["distilled_router"]["features"] == {"kind": "embedding", "embedder": "test-hashed", "dim": 32}
+    finally:
+        unregister_embedder("test-hashed")
+    fresh = common.program()
+    with caplog.at_level(logging.WARNING):
+        fresh.load_state(state)                          # no such embedder here: dropped, the LM router serves
+    assert fresh.distilled_router is None and "not available here" in caplog.text
