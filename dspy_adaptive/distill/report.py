@@ -32,6 +32,13 @@ def compile_record(d: DistilledRouter | None, reason: str | None = None) -> dict
             "train_seconds": t.get("train_seconds"), "classifier_ms_per_request": clf_ms, "projected": projected}
 
 
+def _by_slot(labels: Any) -> str:
+    if not isinstance(labels, Mapping):
+        return "by slot: ?"
+    names = {str(k): ("fallback" if str(k) == "0" else f"slot {k}") for k in labels}
+    return "by slot: " + ", ".join(f"{names[str(k)]} {v}" for k, v in labels.items())
+
+
 def _pct(x: Any) -> str:
     return "—" if x is None else f"{100 * float(x):.1f}%"
 
@@ -47,7 +54,7 @@ def markdown_lines(record: Mapping[str, Any] | None) -> list[str]:
     candidates = ", ".join(f"{md_cell(n)} {_pct(c.get('agreement'))}"
                            for n, c in (record.get("candidates") or {}).items())
     lines += [f"The optimized LM router's decisions on {record.get('requests')} train and validation requests "
-              f"(by slot: {md_text(str(record.get('labels')))}) were learnt by {md_text(str(record.get('chosen')))} "
+              f"({md_text(_by_slot(record.get('labels')))}) were learnt by {md_text(str(record.get('chosen')))} "
               f"({md_text(str(record.get('features')))}), calibrated by temperature scaling; requests under "
               f"confidence {float(record.get('threshold', 1)):.3f} still go to the LM router.", "",
               "| held-out (cross-validated) | value |", "|---|---:|",

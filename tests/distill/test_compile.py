@@ -43,7 +43,8 @@ def test_compile_distills_the_best_programs_router_and_records_it(tmp_path):
     assert record["heldout"]["agreement"] >= 0.98 and record["projected"]["router_calls_saved_per_1000"] > 0
     report = (tmp_path / "run" / "report.md").read_text()
     assert "## Distilled router" in report and "share still calling the LM router" in report
-    assert json.loads((tmp_path / "run" / "run.json").read_text())["distilled_router"]["labelling"]["router_calls"] == 26
+    saved = json.loads((tmp_path / "run" / "run.json").read_text())["distilled_router"]
+    assert saved["labelling"]["router_calls"] == 26
 
 
 def test_without_a_specialist_nothing_is_distilled_and_the_record_says_why(tmp_path):
