@@ -19,7 +19,8 @@ def distill_after_compile(routed: "RoutedProgram", train: Sequence[Any], val: Se
                           option: Any, num_threads: int | None = None) -> dict[str, Any]:
     """Distil `routed` on the train and validation requests (once each; the validation set may be the train
     set) plus the option's own requests; the run record's entry. Never raises for a distillation that could not
-    be built: the program keeps its LM router and the record says why."""
+    be built or failed (an LM router error while labelling, ...): the program keeps its LM router and the record
+    says why."""
     settings = option if isinstance(option, DistillSettings) else DistillSettings()
     if settings.num_threads is None and num_threads:
         from dataclasses import replace
@@ -38,3 +39,6 @@ def distill_after_compile(routed: "RoutedProgram", train: Sequence[Any], val: Se
     except DistillError as e:
         log.warning("no distilled router: %s", e)
         return compile_record(None, str(e))
+    except Exception as e:  # noqa: BLE001 - the search's result is worth more than its distillation
+        log.warning("distilling the router failed (%s: %s); the LM router serves", type(e).__name__, e)
+        return compile_record(None, f"distillation failed: {type(e).__name__}: {str(e)[:300]}")

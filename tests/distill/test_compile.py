@@ -64,3 +64,16 @@ def test_a_run_without_the_option_records_nothing(tmp_path):
 def test_the_option_is_checked():
     with pytest.raises(InputError, match="distill_router must be"):
         AdaptiveGEPA(toy.metric, reflection_lm=toy.reflection_lm(), max_metric_calls=10, distill_router="yes")
+
+
+def test_a_failing_distillation_never_loses_the_search(tmp_path, monkeypatch):
+    from dspy_adaptive import RoutedProgram
+
+    def boom(self, *a, **k):
+        raise RuntimeError("the router endpoint went away")
+
+    monkeypatch.setattr(RoutedProgram, "distill_router", boom)
+    routed, _ = compile_toy(tmp_path, toy.reflection_lm(), FAST)
+    assert routed.library.active_ids() == (1,) and routed.distilled_router is None
+    record = load_run(tmp_path / "run").distilled_router
+    assert not record["built"] and "RuntimeError: the router endpoint went away" in record["reason"]
