@@ -175,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default=None,
                    help="comma-separated seeds, e.g. 0,1,2: run the method once per seed, each in <out>/seed-<n> "
                         "(resumable; finished seeds are skipped), for benchmarks.protocol")
+    p.add_argument("--distill-router", action="store_true",
+                   help="routed methods (adaptive, one-shot, oeo): after the test, distil the program's LM router "
+                        "(RoutedProgram.distill_router on train + validation) and measure it on test against the LM "
+                        "router: agreement, share still calling the LM router, router calls and tokens saved, routing "
+                        "latency, and the task score with a paired interval (benchmarks.distill). A finished run "
+                        "rerun with it only runs this phase")
     p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
                    help="merge finished runs' results.json into one Table 2 (+ Table 4); writes --out/tables.md "
                         "when --out is given")
@@ -505,15 +511,23 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
     if done is not None:
         print(f"[{name}] already finished; skipping")
         return done["rows"]
-    from benchmarks.baselines import LabelRoutedProgram
-    from dspy_adaptive.record.experiment import score_split
     cached = build_program(method, spec, ctx, ctx.roles)
     uncached = build_program(method, spec, ctx, ctx.roles.uncached())   # AIME attempts: cache off
+    out = score_examples(ctx, cached, uncached, ctx.mixture.test)
+    phases.save(name, {"rows": out})
+    return out
+
+
+def score_examples(ctx: Context, cached: Any, uncached: Any, examples: Sequence[Any]) -> list[dict]:
+    """One row per example: its score (AIME: pass@1 over --aime-attempts on `uncached`, others once on `cached`),
+    the executed slot of its first attempt, and any errors (the package's split scorer, `score_split`)."""
+    from benchmarks.baselines import LabelRoutedProgram
+    from dspy_adaptive.record.experiment import score_split
     attempts = max(1, ctx.args.aime_attempts)
-    items = [(ex, a) for ex in ctx.mixture.test for a in range(attempts if ex.family == "aime" else 1)]
     for program, family_aime in ((cached, False), (uncached, True)):   # a local policy: batched on its device
-        if hasattr(program, "prefetch"):
-            program.prefetch([ex.request for ex, _ in items if (ex.family == "aime") == family_aime])
+        if hasattr(program, "prefetch"):                                 # (one generation per attempt)
+            program.prefetch([ex.request for ex in examples if (ex.family == "aime") == family_aime
+                              for _ in range(attempts if family_aime else 1)])
 
     def program_for(ex, attempt):
         program = uncached if ex.family == "aime" else cached
@@ -522,16 +536,11 @@ def test_phase(method: str, spec: Mapping[str, Any], ctx: Context, phases: Phase
         return program
 
     with dspy.context(lm=ctx.roles.deep):          # a failed rollout or metric scores 0; AIME: pass@1 over attempts
-        scored = score_split(None, ctx.mixture.test, ctx.metric, num_threads=ctx.args.num_threads,
+        scored = score_split(None, examples, ctx.metric, num_threads=ctx.args.num_threads,
                              attempts=lambda ex: attempts if ex.family == "aime" else 1, program_for=program_for,
                              progress=ctx.progress)
-    out = []
-    for s in scored:
-        row = s.to_dict()
-        out.append({"id": s.id, "family": s.family, "attempts": row["attempts"], "routes": row["routes"],
-                    "errors": row["errors"], "score": s.score, "route": s.executed})
-    phases.save(name, {"rows": out})
-    return out
+    return [{"id": s.id, "family": s.family, "attempts": r["attempts"], "routes": r["routes"], "errors": r["errors"],
+             "score": s.score, "route": s.executed} for s, r in ((s, s.to_dict()) for s in scored)]
 
 
 # =============================================================================================== main
@@ -666,6 +675,8 @@ def run(args: argparse.Namespace) -> dict:
     config = config_of(args, sizes, minibatch)
     config_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     phases = Phases(out, config_hash)
+    if getattr(args, "distill_router", False):   # after the hash: it changes no search or test phase
+        config["distill_router"] = True
 
     ctx, retrieval = build_context(args, mixture, out, minibatch, progress)
     pool = ctx.pool
@@ -684,6 +695,11 @@ def run(args: argparse.Namespace) -> dict:
                 selection = {k: v for k, v in selection.items() if k != "libraries"}
                 selection["test_validation_pick"] = sum(r["score"] for r in rows) / len(rows)
                 selection["test_selection_pick"] = sum(r["score"] for r in pick_rows) / len(pick_rows)
+            distill = None
+            if getattr(args, "distill_router", False):
+                from benchmarks.distill import distill_phase
+                print("[distill] distilling the LM router and measuring it on test")
+                distill = distill_phase(args.method, search["spec"], ctx, phases, rows)
     finally:
         pool.close()
 
@@ -708,6 +724,8 @@ def run(args: argparse.Namespace) -> dict:
         results["data_revisions"] = revisions_used()
     if selection is not None:
         results["selection"] = selection
+    if distill is not None:
+        results["distill"] = {k: v for k, v in distill.items() if k != "distilled_router"}
     if args.method in ("adaptive", "mop", "oeo"):
         results["routing"] = tables.routing_from_rows(rows)
     if args.method == "oeo":

@@ -76,13 +76,60 @@ def table2(results_list: Sequence[Mapping[str, Any]]) -> str:
             ns[f] = max(ns[f], n)
     headers = ["Method", "Budget (calls)"] + [f"{FAMILY_TITLES.get(f, f)} (n={ns[f]})" for f in fams] + \
         ["Family mean", "Example mean"]
+    distilled = any(_distilled(res) for res in results_list)
+    if distilled:
+        headers.append("Example mean, distilled router (--distill-router)")
     rows = []
     for res in results_list:
         s = summarize(res)
         rows.append([METHOD_TITLES.get(res.get("method"), str(res.get("method"))), _budget(res)]
                     + [_fmt(s["family_scores"].get(f)) for f in fams]
                     + [_fmt(s["family_mean"]), _fmt(s["example_mean"])])
+        if distilled:
+            d = _distilled(res)
+            rows[-1].append("—" if d is None else f"{_fmt(d['scores']['distilled'])} "
+                                                  f"({100 * d['scores']['paired']['diff']:+.1f})")
     return markdown_table(headers, rows)
+
+
+def _distilled(res: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    d = res.get("distill")
+    return d if d and d.get("built") else None
+
+
+def distill_table(results_list: Sequence[Mapping[str, Any]]) -> str:
+    """`--distill-router`: the distilled router against the LM router on test, per run that has one."""
+    headers = ["Method", "Features", "Agreement", "LM router still called", "Router calls saved",
+               "Router tokens saved", "Routing ms/request (LM)", "Routing ms/request (distilled)", "Score (LM router)",
+               "Score (distilled)", "Diff [95% CI]", "p", "Rerun"]
+    rows = []
+    for res in results_list:
+        d = res.get("distill")
+        title = METHOD_TITLES.get(res.get("method"), str(res.get("method")))
+        if not d:
+            continue
+        if not d.get("built"):
+            rows.append([title, "not built: " + str(d.get("reason", ""))[:160]] + ["—"] * (len(headers) - 2))
+            continue
+        r, sc = d["routing"], d["scores"]
+        p = sc["paired"]
+        star = " *" if p.get("significant") else ""
+        rows.append([title, str(d["router"].get("features", "")), f"{100 * r['agreement']:.1f}%",
+                     f"{100 * r['share_lm_router']:.1f}%", f"{r['router_calls_saved']} / {r['router_calls_lm']}",
+                     f"{r['router_tokens_saved']} / {r['router_tokens_lm']}", f"{r['latency_ms_lm']:.2f}",
+                     f"{r['latency_ms_distilled']:.2f}", _fmt(sc["lm"]), _fmt(sc["distilled"]),
+                     f"{100 * p['diff']:+.1f}{star} [{100 * p['ci_low']:+.1f}, {100 * p['ci_high']:+.1f}]",
+                     f"{p['p_value']:.3g}", str(sc["rerun"])])
+    if not rows:
+        return "_No run with --distill-router._"
+    return markdown_table(headers, rows)
+
+
+DISTILL_NOTE = ("Agreement: the slot served (the distilled router's, or the LM router's below the threshold) equals "
+                "the LM router's, on every test request. Scores ×100; a request the distilled router routes where the "
+                "test phase ran it keeps its score, the others (Rerun) are run and scored again; the difference and "
+                "its 95% bootstrap interval are benchmarks.protocol's paired statistics (* : the interval excludes 0). "
+                "Tokens are those the LM reported (a cached call reports none).")
 
 
 def routing_from_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
@@ -195,6 +242,9 @@ def render_run(results: Mapping[str, Any]) -> str:
                   "| pick | candidate | test mean |", "|---|---:|---:|",
                   f"| validation | #{sel['validation_pick']} | {sel['test_validation_pick']:.3f} |",
                   f"| fresh selection split | #{sel['selection_pick']} | {sel['test_selection_pick']:.3f} |", ""]
+    if results.get("distill"):
+        parts += ["## Distilled router (--distill-router): against the LM router on test", "",
+                  distill_table([results]), "", DISTILL_NOTE, ""]
     if results.get("split_overlap"):
         parts += ["## Split overlap (measured)", "", split_overlap_table(results["split_overlap"]), ""]
     if results.get("routing"):
@@ -218,8 +268,11 @@ def render_compare(results_list: Sequence[Mapping[str, Any]]) -> str:
         parts += ["Notes:", "", table2_notes(results_list), ""]
     if any(res.get("routing") for res in results_list):
         parts += ["## Table 4 — routing agreement (%) (test)", "", table4(results_list), ""]
+    if any(res.get("distill") for res in results_list):
+        parts += ["## Distilled router (--distill-router) (test)", "", distill_table(results_list), "",
+                  DISTILL_NOTE, ""]
     return "\n".join(parts)
 
 
-__all__ = ["agreement", "family_scores", "render_compare", "render_run", "routing_counts", "routing_from_rows",
-           "summarize", "table2", "table4", "table5"]
+__all__ = ["agreement", "distill_table", "family_scores", "render_compare", "render_run", "routing_counts",
+           "routing_from_rows", "summarize", "table2", "table4", "table5"]

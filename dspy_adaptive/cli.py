@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "rejections). Default: structured for the local model, auto otherwise")
     d.add_argument("--max-repair-attempts", type=int, default=1,
                    help="repair calls after a reflection answer is rejected before the gate (default 1)")
+    d.add_argument("--distill-router", action="store_true",
+                   help="after the search, distil the optimized LM router into a calibrated classifier and serve "
+                        "the test requests with it (requests it is unsure of still go to the LM router)")
     return p
 
 

@@ -101,3 +101,17 @@ def test_demo_help_documents_the_command():
     assert proc.returncode == 0
     for words in ("Ctrl-C", "resume", "report.md", "--proposal-format", "3-second tour", "notebooks/explore_run"):
         assert words in proc.stdout, words
+
+
+def test_the_demo_can_serve_with_a_distilled_router(tmp_path):
+    out = tmp_path / "distilled"
+    scripted(out, "--distill-router", "--budget", "96")
+    record = json.loads((out / "search" / "run.json").read_text())["distilled_router"]
+    assert record["built"], record
+    saved = json.loads((out / "routed.json").read_text())
+    assert saved["distilled_router"]["format"] == "dspy_adaptive.distilled_router"     # saved with the program
+    assert (out / "library" / "distilled_router.json").exists()
+    report = (out / "report.md").read_text()
+    assert "## Distilled router" in report and "share still calling the LM router" in report
+    tests = json.loads((out / "test_results.json").read_text())
+    assert tests["optimized_hash"].endswith("+distilled")

@@ -55,6 +55,8 @@ class DemoConfig:
             reflection LM is the local model (a 135M model cannot write a valid dspy.Module, but it fills a
             grammar-constrained specification), else "auto".
         max_repair_attempts: repair calls after a reflection answer is rejected before the gate.
+        distill_router: distil the optimized program's LM router at the end of compile (AdaptiveGEPA's
+            distill_router option) and serve the test requests with it; the report shows what was built.
     """
 
     out: str = "runs/demo"
@@ -72,6 +74,7 @@ class DemoConfig:
     max_idle: int = 6
     proposal_format: str | None = None
     max_repair_attempts: int = 1
+    distill_router: bool = False
 
     def resolved_format(self) -> str:
         if self.proposal_format is not None:
@@ -231,7 +234,7 @@ def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
         batch_sampler=FamilyBalancedSampler(), max_specialists=c.max_specialists, num_threads=c.threads,
         fast_lm=fast, deep_lm=deep, tools=[search], log_dir=str(out / "search"), track_stats=True, seed=c.seed,
         max_idle_iterations=c.max_idle, proposal_format=c.resolved_format(),
-        max_repair_attempts=c.max_repair_attempts)
+        max_repair_attempts=c.max_repair_attempts, distill_router=c.distill_router)
     try:
         routed = optimizer.compile(seed, trainset=train, valset=val)
     except ResumeMismatchError:
@@ -242,7 +245,7 @@ def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
 
     cached = out / "test_results.json"
     tests = json.loads(cached.read_text()) if cached.exists() else {}
-    key = result.candidates[result.best_idx].content_hash
+    key = result.candidates[result.best_idx].content_hash + ("+distilled" if routed.distilled_router else "")
     if "seed" not in tests:
         base = RoutedProgram(seed, fast_lm=fast, deep_lm=deep, tools=[search], max_specialists=c.max_specialists)
         tests["seed"] = evaluate_on(base, test, metric, "test: seed", c.threads)

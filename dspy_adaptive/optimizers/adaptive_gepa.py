@@ -3,9 +3,8 @@
     optimizer = AdaptiveGEPA(metric, reflection_lm=dspy.LM(...), max_metric_calls=2000, log_dir="runs/x")
     routed = optimizer.compile(program, trainset=feedback_set, valset=pareto_set)
 
-Parameters shared with dspy.GEPA keep its names and meaning; they map onto settings grouped by their owner
-(`optimizers.config`), each validating itself before the first LM call. `compile` reads as build -> resume ->
-run -> result over the one run assembly (`optimizers.assembly`) and the one search loop (`search.engine`).
+dspy.GEPA's parameters keep their names and meaning, mapped onto settings grouped by owner (`optimizers.config`);
+`compile` reads build -> resume -> run -> result over the one run assembly and the one search loop.
 """
 
 from __future__ import annotations
@@ -129,6 +128,7 @@ class AdaptiveGEPA(Teleprompter):
         max_candidates: stop once the archive holds this many candidates (the paper's 100; None: no cap).
         executor: where rows run: "threads" or "ray" (ExecutionSettings).
         address: a Ray cluster address; giving one means executor="ray" (ExecutionSettings).
+        distill_router: after the search, serve with a classifier distilled from the router (True or DistillSettings).
     """
 
     def __init__(
@@ -186,6 +186,7 @@ class AdaptiveGEPA(Teleprompter):
         max_candidates: int | None = None,
         executor: str | None = None,
         address: str | None = None,
+        distill_router: Any = False,
     ):
         super().__init__()
         args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -224,7 +225,7 @@ class AdaptiveGEPA(Teleprompter):
             if tracker:
                 tracker.finish(failed=True)
             raise
-        return self._result(run, engine, val, tracker)                                         # result
+        return self._result(run, engine, train, val, tracker)                                  # result
 
     def _build(self, student: dspy.Module, train: Sequence[Row], val: Sequence[Row], has_valset: bool,
                tracker: SearchTracker) -> tuple[AssembledRun, SearchEngine]:
@@ -259,7 +260,7 @@ class AdaptiveGEPA(Teleprompter):
                               sampler=c.batch_sampler, observers=[tracker.on_proposal] if tracker else ())
         return run, engine
 
-    def _result(self, run: AssembledRun, engine: SearchEngine, val: Sequence[Row],
+    def _result(self, run: AssembledRun, engine: SearchEngine, train: Sequence[Row], val: Sequence[Row],
                 tracker: SearchTracker) -> RoutedProgram:
         from dspy_adaptive.lm.pool import endpoint_usage
         c = self.config
@@ -271,6 +272,10 @@ class AdaptiveGEPA(Teleprompter):
         if endpoints:
             result = dataclasses.replace(result, endpoints=endpoints)
         routed = run.returned(engine.archive[engine.archive.best_index()].library)
+        if c.run.distill_router:
+            from dspy_adaptive.distill.compile import distill_after_compile
+            result = dataclasses.replace(result, distilled_router=distill_after_compile(
+                routed, train, val, c.run.distill_router, run.threads))
         if c.run.track_stats:
             routed.detailed_results = DetailedResults.build(result, run.base, val, run.evaluator.cache,
                                                             track_best_outputs=c.run.track_best_outputs)
@@ -287,9 +292,8 @@ class AdaptiveGEPA(Teleprompter):
         return routed
 
     def get_params(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items()
-                if k not in ("metric", "metric_fn", "reflection_lm", "fast_lm", "deep_lm", "tools", "batch_sampler",
-                             "config", "sandbox_settings")}
+        hidden = ("metric", "metric_fn", "reflection_lm", "fast_lm", "deep_lm", "tools", "batch_sampler", "config")
+        return {k: v for k, v in self.__dict__.items() if k not in hidden + ("sandbox_settings",)}
 
 
 __all__ = ["AdaptiveGEPA", "ResumeMismatchError", "SandboxSettings", "UnknownArgumentError"]

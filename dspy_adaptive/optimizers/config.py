@@ -83,6 +83,7 @@ class RunSettings:
     track_best_outputs: bool = False
     progress: bool = True
     seed: int | None = 0
+    distill_router: Any = False                 # False, True or a distill.DistillSettings
 
     def __post_init__(self) -> None:
         if self.failure_score > self.perfect_score:
@@ -93,6 +94,10 @@ class RunSettings:
                              "outputs are returned in detailed_results.best_outputs_valset")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise InputError(f"seed must be an integer or None, got {self.seed!r}")
+        from dspy_adaptive.distill import DistillSettings
+        if not isinstance(self.distill_router, (bool, DistillSettings)):
+            raise InputError("distill_router must be True/False or a dspy_adaptive.distill.DistillSettings, got "
+                             f"{type(self.distill_router).__name__}")
 
 
 @dataclass(frozen=True)
@@ -157,7 +162,8 @@ def config_from_args(a: Mapping[str, Any]) -> AdaptiveGEPAConfig:
     program = ProgramSettings(a["max_specialists"], a["fast_lm"], a["deep_lm"], a["tools"])
     run = RunSettings(a["failure_score"], a["perfect_score"], a["reuse_scores"], a["log_dir"], a["track_stats"],
                       a["track_best_outputs"],
-                      a["progress"] if mapped.display_progress_bar is None else mapped.display_progress_bar, a["seed"])
+                      a["progress"] if mapped.display_progress_bar is None else mapped.display_progress_bar, a["seed"],
+                      a["distill_router"])
     wandb_kwargs = dict(a["wandb_init_kwargs"]) if a["wandb_init_kwargs"] else None
     tracking = TrackingSettings(
         use_mlflow=bool(a["use_mlflow"] or mapped.use_mlflow), mlflow_tracking_uri=mapped.mlflow_tracking_uri,

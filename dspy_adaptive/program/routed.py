@@ -38,6 +38,7 @@ import dspy
 from dspy.predict.parameter import Parameter
 from dspy.utils.exceptions import AdapterParseError
 
+from dspy_adaptive.distill import serve as distilled
 from dspy_adaptive.escaping import visible_controls
 from dspy_adaptive.lm.adapter_memo import lm_context
 from dspy_adaptive.lm.usage import role
@@ -75,6 +76,8 @@ class RouteRecord:
     fallback_reason: str | None   # why a selection resolved to the fallback (None if it did not)
     error: str | None = None      # runtime failure reason of the executed specialist
     error_kind: str | None = None
+    decided_by: str | None = None     # "lm" (the router predictor), "distilled" (the distilled router), None: no router
+    confidence: float | None = None   # the distilled router's calibrated confidence, when it was asked
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -355,6 +358,7 @@ class RoutedProgram(dspy.Module, Parameter):
         self._owns_sandbox = sandbox is None if owns_sandbox is None else bool(owns_sandbox)
         self._lock = threading.RLock()
         self._route_memo = route_memo
+        self._distilled = distilled.DistilledServing()   # a distilled router serving this library, if any
         self._set_library(library)
 
     def _set_library(self, library: Library) -> None:
@@ -391,6 +395,7 @@ class RoutedProgram(dspy.Module, Parameter):
         clone._sandbox = self.sandbox
         clone._owns_sandbox = owns_sandbox
         clone._route_memo = self._route_memo if route_memo is _Same else route_memo
+        clone._distilled = self._distilled.copy()   # dropped at its first use if the library differs
         clone._lock = threading.RLock()
         clone.__dict__.pop("detailed_results", None)
         clone._set_library(library)
@@ -409,10 +414,26 @@ class RoutedProgram(dspy.Module, Parameter):
 
     # -- one call ----------------------------------------------------------------------------------
     def forward(self, **inputs: Any) -> dspy.Prediction:
+        return self._execute(inputs, *self._decide(inputs))
+
+    def _decide(self, inputs: Mapping[str, Any]) -> tuple[int | None, str | None, dict[str, Any]]:
+        """(selected, router answer, how): the distilled router's slot when it is confident enough, else the
+        LM router's (dspy_adaptive.distill)."""
+        decision = self._distilled.decide(self, inputs)
+        if decision is not None and decision.accepted:
+            return decision.slot, None, {"decided_by": "distilled", "confidence": decision.confidence}
         selected, answer = self._route(inputs)
+        how = {"decided_by": "lm" if answer is not None else None,
+               "confidence": decision.confidence if decision is not None else None}
+        return selected, answer, how
+
+    def _execute(self, inputs: dict[str, Any], selected: int | None, answer: str | None,
+                 how: Mapping[str, Any] | None = None) -> dspy.Prediction:
+        """Resolve `selected` and run the slot it resolves to (or the fallback); the route is attached."""
+        how = dict(how or {})
         executed, reason = self._resolve(selected, answer)
         if executed == FALLBACK:
-            route = RouteRecord(selected, FALLBACK, answer, reason)
+            route = RouteRecord(selected, FALLBACK, answer, reason, **how)
             try:
                 with lm_context(self.lm_for("deep")), role("fallback"):
                     pred = self.fallback(**inputs)
@@ -420,7 +441,7 @@ class RoutedProgram(dspy.Module, Parameter):
                 _attach(e, route)
                 raise
         else:
-            pred, route = self._run_specialist(executed, inputs, selected, answer)
+            pred, route = self._run_specialist(executed, inputs, selected, answer, how)
         _attach(pred, route)
         return pred
 
@@ -473,7 +494,9 @@ class RoutedProgram(dspy.Module, Parameter):
             return FALLBACK, f"slot {selected}'s program declares no valid profile: {problem}"
         return selected, None
 
-    def _run_specialist(self, k: int, inputs: dict, selected: int | None, answer: str | None):
+    def _run_specialist(self, k: int, inputs: dict, selected: int | None, answer: str | None,
+                        how: Mapping[str, Any] | None = None):
+        how = dict(how or {})
         slot = self._library.slot(k)
         program = compile_program(slot.program_source).program
         lm = self.lm_for(effective_profile(slot.program_source, slot.profile))   # its PROFILE, read statically
@@ -481,13 +504,31 @@ class RoutedProgram(dspy.Module, Parameter):
         try:
             fields = self.sandbox.run(program, dict(inputs), bridge)
         except SpecialistError as e:
-            route = RouteRecord(selected, k, answer, None, error=e.reason, error_kind=e.kind)
+            route = RouteRecord(selected, k, answer, None, error=e.reason, error_kind=e.kind, **how)
             raise SpecialistRuntimeError(route) from e
         pred = dspy.Prediction()
         for name, value in fields.items():   # not Prediction(**fields): a field named "base" is a constructor argument
             pred[name] = value
         attach_tool_calls(pred, bridge.tool_calls)   # what it really sent through tools, for the metric
-        return pred, RouteRecord(selected, k, answer, None)
+        return pred, RouteRecord(selected, k, answer, None, **how)
+
+    # -- the distilled router (dspy_adaptive.distill) ---------------------------------------------------
+    def distill_router(self, requests: Sequence[Any] = (), settings: Any = None, **options: Any):
+        """Learn the LM router's decisions on `requests` (examples, input dicts or texts: e.g. the train and
+        validation sets plus logged traffic) with a calibrated classifier and serve with it: a request it is
+        not confident about still goes to the LM router. Returns the `DistilledRouter`
+        (`dspy_adaptive.distill.distill_router` documents the options)."""
+        from dspy_adaptive.distill import distill_router
+        return distill_router(self, requests, settings, **options)
+
+    @property
+    def distilled_router(self) -> Any:
+        """The distilled router serving this program (None: the LM router decides every request)."""
+        return self._distilled.current(self)
+
+    def use_distilled_router(self, router: Any) -> None:
+        """Serve with `router` (a `DistilledRouter` distilled from this program), or None to stop."""
+        self._distilled.attach(self, router)
 
     # -- the router predictor -----------------------------------------------------------------------
     def _router_for(self, input_names: tuple[str, ...]) -> dspy.Predict:
@@ -585,7 +626,7 @@ class RoutedProgram(dspy.Module, Parameter):
             _, kind, signature, instructions = key
             specialists.append({"slot": slot, "name": name, "kind": kind, "signature": signature,
                                 "instructions": instructions, "state": pred.dump_state(json_mode=json_mode)})
-        return {
+        state = {
             "library": self.library.to_dict(),
             "fallback": self.fallback.dump_state(json_mode=json_mode),
             "tools": sorted(self.tools),
@@ -593,11 +634,16 @@ class RoutedProgram(dspy.Module, Parameter):
             "router": self.router.dump_state(json_mode=json_mode),
             "specialists": specialists,
         }
+        saved = self._distilled.dump(self)
+        if saved is not None:
+            state[distilled.STATE_KEY] = saved
+        return state
 
     def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> None:
         if "library" not in state or "fallback" not in state:
             raise ValueError("not a RoutedProgram state: expected keys 'library' and 'fallback'")
         library = Library.from_dict(state["library"])
+        saved_router = distilled.parse(state)   # a malformed or tampered one is refused before anything loads
         specialists = []
         for entry in state.get("specialists") or ():
             try:   # the signature text goes through the sandbox bridge's strict grammar again
@@ -622,10 +668,12 @@ class RoutedProgram(dspy.Module, Parameter):
             for slot in {slot for slot, _, _ in specialists}:
                 if slot in library.active_ids():
                     self._predictors.discovered[slot] = source_hash(library.slot(slot).program_source)
+            self._distilled.restore(self, saved_router)
 
     def export(self, directory: str | Path) -> Path:
-        """Write the library for people to read: router.txt, library.json and
-        slot_k/{description.txt, program.py, profile, active}.
+        """Write the library for people to read: router.txt, library.json,
+        slot_k/{description.txt, program.py, profile, active}, and distilled_router.{json,txt} when a
+        distilled router serves the program.
 
         What is shown is what runs: router and descriptions are written with hidden characters
         (bidirectional controls, zero-width characters, ...) as visible escapes, library.json is ASCII
@@ -642,6 +690,7 @@ class RoutedProgram(dspy.Module, Parameter):
             files[f"{d}/program.py"] = shown_source(slot.program_source)
             files[f"{d}/profile"] = visible_controls(slot.profile) + "\n"
             files[f"{d}/active"] = ("yes" if slot.active else "no") + "\n"
+        files.update(distilled.export_files(self._distilled.current(self)))
         for relative in files:                  # refuse before writing anything
             _check_inside(root, relative)
         for relative, text in files.items():
@@ -663,6 +712,7 @@ class RoutedProgram(dspy.Module, Parameter):
         clone.fallback = self.fallback.deepcopy()
         clone.router = copy.deepcopy(self.router, memo)
         clone._predictors = self._predictors.copy_owned(memo)
+        clone._distilled = self._distilled.copy()           # the copy serves as this one does
         clone.callbacks = list(self.callbacks)
         clone.history = []
         return clone

@@ -51,6 +51,7 @@ class AdaptiveGEPAResult:
     merge_census: dict[str, Any] = field(default_factory=dict)      # merge.census: checks, passes, Table 10
     reproducibility: str = ""                                       # whether the seed fixes the run, and why
     endpoints: dict[str, dict[str, int]] = field(default_factory=dict)   # pooled LMs: calls/tokens per endpoint
+    distilled_router: dict[str, Any] = field(default_factory=dict)  # distill.report.compile_record, when asked for
 
     @property
     def best_candidate(self) -> Library:
@@ -365,6 +366,8 @@ def render_markdown(r: AdaptiveGEPAResult) -> str:
                   "| endpoint | calls | prompt tokens | completion tokens |", "|---|---:|---:|---:|"]
         lines += [f"| {md_cell(ep)} | {c['calls']} | {c['prompt_tokens']} | {c['completion_tokens']} |"
                   for ep, c in sorted(r.endpoints.items())]
+    from dspy_adaptive.distill.report import markdown_lines as distilled_router_lines
+    lines += distilled_router_lines(r.distilled_router)
     lines += ["", *sandbox_markdown(r.sandbox)]
     routes = Counter(v for v in r.executed[r.best_idx].values())
     lines += ["", f"## Routing of the best candidate on validation ({len(r.executed[r.best_idx])} rows)", ""]

@@ -101,6 +101,7 @@ LAYERS = (
     ("checks",),                                    # the checks every settings group runs on itself
     ("lm",),                                        # LM backends, endpoint pools, the cost ledger
     ("sandbox",),                                   # where specialist code runs
+    ("distill",),                                   # the distilled router: a classifier as data, no program
     ("program",),                                   # the candidate and how it runs (library, routed program)
     ("tasks", "reflection", "merge"),               # family metrics; proposals by reflection and by merge
     ("search",),                                    # the one loop, budget, checkpoint and resume
