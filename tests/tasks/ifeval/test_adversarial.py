@@ -64,7 +64,8 @@ KWARGS = {
 UNITS = [" ", "\n", " \n", "\n\n", "\t", "*", "**", "* ", "- ", "-", "[", "[a", "<<", "<<a", ">>", "***", "******",
          "p. ", "p.s", "P.P.", "a.", "A. ", "'", '"', "`", "```", "{", '{"a":', "[[", "1,", ",", "Section 1 ",
          "alpha ", "A", "ab ", "<think>", "é "]
-TIME_BOUND = 3.0     # seconds per checker call at the cap (the slowest, NLTK on "A. A. A. ...", takes ~1.5 s)
+TIME_BOUND = 3.0     # CPU seconds per checker call at the cap (the slowest, NLTK on "A. A. A. ...", takes ~1.5 s);
+#                      CPU time of this thread, so a loaded machine (other processes on its cores) does not count
 
 
 def test_kwargs_cover_every_instruction():
@@ -78,9 +79,9 @@ def test_every_checker_is_bounded_on_adversarial_runs_at_the_cap(unit):
                           [KWARGS["change_case:capital_word_frequency"], KWARGS["language:response_language"]], "")
     slow = []
     for iid in INSTRUCTION_IDS:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         followed, detail = check_instruction(iid, text, KWARGS[iid], "Write alpha")
-        elapsed = time.perf_counter() - t0
+        elapsed = time.thread_time() - t0
         assert isinstance(followed, bool) and isinstance(detail, str)
         if elapsed > TIME_BOUND:
             slow.append((iid, round(elapsed, 2)))
