@@ -4,6 +4,7 @@
     python -m benchmarks.perf --latencies 0.05 --threads 16 --budget 300 --seeds 0 1 2 --k 1 4
     python -m benchmarks.perf --task lottery          # the first, noisier task (see Task)
     python -m benchmarks.perf --rss                   # RSS per archived candidate, 180 validation rows
+    python -m benchmarks.perf --calls-to-score        # scored calls to reach a score at k = 1, 2, 4 (climb, mixed)
 
 Every configuration runs in a fresh subprocess, so CPU time (own threads + sandbox workers, reaped
 through the zygote) and peak RSS belong to that run alone. The task: requests "qN: ..." with gold
@@ -45,9 +46,17 @@ SEED_QUALITY = 40
 
 # -- the synthetic task ------------------------------------------------------------------------------
 
-def examples(n: int, offset: int) -> list[dspy.Example]:
-    return [dspy.Example(id=f"q{i}", question=f"q{i}: what is the code for item {i}?", answer=f"a{i}")
-            .with_inputs("question") for i in range(offset, offset + n)]
+def examples(n: int, offset: int, task: str = "climb") -> list[dspy.Example]:
+    """n requests "qN: ..." with gold "aN"; the mixed task alternates them with "mN: ..." sums (gold the sum)."""
+    out = []
+    for i in range(offset, offset + n):
+        if task == "mixed" and i % 2:
+            out.append(dspy.Example(id=f"m{i}", question=f"m{i}: what is {i} plus {i + 3}?", answer=str(2 * i + 3))
+                       .with_inputs("question"))
+        else:
+            out.append(dspy.Example(id=f"q{i}", question=f"q{i}: what is the code for item {i}?", answer=f"a{i}")
+                       .with_inputs("question"))
+    return out
 
 
 def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
@@ -58,6 +67,16 @@ def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
 def _quality(text: str | None) -> int:
     m = re.search(r"QUALITY=(\d+)", text or "")
     return int(m.group(1)) if m else SEED_QUALITY
+
+
+def _mode(text: str | None) -> str | None:
+    m = re.search(r"MODE=(\w+)", text or "")
+    return m.group(1) if m else None
+
+
+#: The mixed task's two families: request prefix -> (the MODE an instruction needs, a specialist's description).
+FAMILIES = {"q": ("codes", "Item codes: requests asking for the code of an item (they start with 'q')."),
+            "m": ("sums", "Sums: requests asking for the sum of two numbers (they start with 'm').")}
 
 
 def _h(text: str) -> int:
@@ -103,33 +122,62 @@ class Task:
         and each (request, quality) pair is right with that probability. The final score is then the
         luckiest of a handful of draws plus per-row noise (spread ~0.05 across seeds), which hides
         any real difference between the searches at 3 seeds.
+    mixed: climb over two request families, item codes ("qN") and sums ("mN"), where routing matters, as in
+        the paper: an instruction answers a family only under that family's MODE (`MODE=codes` or `MODE=sums`;
+        with none, only requests of difficulty < 20), then as climb. One instruction holds one MODE, so
+        dspy.GEPA's single prompt can serve one family at a time (its reflection writes the MODE of a failing
+        request it reads); Adaptive-GEPA activates a specialist per family (the MODE of the family its traces
+        fail on), routes each family to its own, and climbs each specialist's quality.
     """
 
     def __init__(self, name: str):
-        if name not in ("climb", "lottery"):
-            raise ValueError(f"unknown task {name!r} (climb | lottery)")
+        if name not in ("climb", "lottery", "mixed"):
+            raise ValueError(f"unknown task {name!r} (climb | lottery | mixed)")
         self.name = name
 
     def right(self, question: str, n: str, q: int) -> bool:
-        if self.name == "climb":
-            return _h(f"difficulty {n}") % 100 < q
+        if self.name in ("climb", "mixed"):
+            return _h(f"difficulty {question[0]}{n}") % 100 < q if self.name == "mixed" else \
+                _h(f"difficulty {n}") % 100 < q
         return _h(f"{question}|{q}") % 100 < q
 
     def propose(self, prompt: str, current: str | None) -> int:
-        if self.name == "climb":
+        if self.name in ("climb", "mixed"):
             return max(0, min(100, _quality(current) + _h(prompt) % 31 - 10))
         return 40 + _h(prompt) % 55
 
     def actor(self, call) -> dict:
+        specialists, question = call.field("specialists") or "", call.field("question") or ""
         if "slot" in call.output_fields:                     # Adaptive-GEPA's router
-            return {"slot": "1" if re.search(r"^1: ", call.field("specialists") or "", re.M) else "0"}
-        question = call.field("question") or ""
-        m = re.match(r"q(\d+):", question)
-        right = m and self.right(question, m.group(1), _quality(call.instructions))
-        return {"answer": f"a{m.group(1)}" if right else "wrong"}
+            if self.name != "mixed":
+                return {"slot": "1" if re.search(r"^1: ", specialists, re.M) else "0"}
+            cue = FAMILIES.get(question[:1], ("", "?"))[1].split(":")[0]
+            found = re.search(rf"^(\d+): {re.escape(cue)}", specialists, re.M)
+            return {"slot": found.group(1) if found else "0"}
+        m = re.match(r"([qm])(\d+):", question)
+        if not m or (self.name != "mixed" and m.group(1) != "q"):
+            return {"answer": "wrong"}
+        q, mode = _quality(call.instructions), _mode(call.instructions)
+        if self.name == "mixed" and mode != FAMILIES[m.group(1)][0]:
+            q = min(q, 20) if mode is None else 0            # no MODE: only the easiest; another MODE: none
+        right = self.right(question, m.group(2), q)
+        if m.group(1) == "m":
+            a, b = (int(x) for x in re.findall(r"(\d+) plus (\d+)", question)[0])
+            return {"answer": str(a + b) if right else "wrong"}
+        return {"answer": f"a{m.group(2)}" if right else "wrong"}
+
+    @staticmethod
+    def failing_family(prompt: str) -> str:
+        """The family of the first request a reflection prompt shows failing (what reflection reads)."""
+        for m in re.finditer(r"([qm])\d+: .*?(?:score[^0-9]*([0-9.]+)|wrong)", prompt, re.S):
+            if m.group(2) is None or float(m.group(2)) < 1:
+                return m.group(1)
+        return "q" if _h(prompt) % 2 else "m"
 
     def adaptive_reflection(self, call):
         fields = call.output_fields
+        if self.name == "mixed":
+            return self._mixed_reflection(call)
         if "action" in fields:
             active = "(active" in (call.field("specialists") or "")
             return {"action": "rewrite_program" if active else "activate", "slot": "1"}
@@ -140,17 +188,45 @@ class Task:
             return {"new_program": specialist_source(self.propose(call.prompt, call.field("program")))}
         return "unexpected"
 
+    def _mixed_reflection(self, call):
+        fields, specialists = call.output_fields, call.field("specialists") or ""
+        active = {p: re.search(rf"^(\d+) \(active[^)]*\): {re.escape(d.split(':')[0])}", specialists, re.M)
+                  for p, (_, d) in FAMILIES.items()}
+        free = re.findall(r"^(\d+) \(free\)", specialists, re.M)
+        if "action" in fields:
+            family = self.failing_family(call.field("traces") or call.prompt)
+            if active[family] is None and free:
+                return {"action": "activate", "slot": free[0]}
+            slot = active[family] or next((a for a in active.values() if a), None)
+            return {"action": "rewrite_program", "slot": slot.group(1)} if slot else {"action": "activate",
+                                                                                      "slot": free[0]}
+        if "profile" in fields:
+            family = next((p for p, a in active.items() if a is None), "q")
+            mode, desc = FAMILIES[family]
+            return {"description": desc, "program": specialist_source(self.propose(call.prompt, None), mode),
+                    "profile": "fast"}
+        if "new_program" in fields:
+            current = call.field("program") or ""
+            return {"new_program": specialist_source(self.propose(call.prompt, current), _mode(current))}
+        return "unexpected"
+
     def gepa_reflection(self, call):
         """dspy.GEPA's instruction proposer is a DSPy signature with a `new_instruction` output."""
-        q = self.propose(call.prompt, call.field("current_instruction"))
-        return {"new_instruction": f"Answer the question. QUALITY={q}"}
+        current = call.field("current_instruction")
+        q = self.propose(call.prompt, current)
+        if self.name != "mixed":
+            return {"new_instruction": f"Answer the question. QUALITY={q}"}
+        mode = FAMILIES[self.failing_family(call.prompt)][0]
+        q = q if mode == _mode(current) else self.propose(call.prompt, None)   # a new MODE starts from the seed's
+        return {"new_instruction": f"Answer the question. MODE={mode} QUALITY={q}"}
 
 
-def specialist_source(q: int) -> str:
+def specialist_source(q: int, mode: str | None = None) -> str:
+    tokens = f"MODE={mode} QUALITY={q}" if mode else f"QUALITY={q}"
     return ("class Solver(dspy.Module):\n"
             "    def __init__(self):\n"
             "        super().__init__()\n"
-            f"        self.solve = dspy.Predict(\"question -> answer\", instructions=\"Answer. QUALITY={q}\")\n\n"
+            f"        self.solve = dspy.Predict(\"question -> answer\", instructions=\"Answer. {tokens}\")\n\n"
             "    def forward(self, question):\n"
             "        return dspy.Prediction(answer=self.solve(question=question).answer)\n")
 
@@ -205,7 +281,7 @@ def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int
     log, t = CallLog(), Task(task)
     timed = TimedMetric()
     actor = scripted_lm(log.wrap(t.actor, latency), model="scripted/actor")
-    train, val = examples(n_train, 0), examples(n_val, 10_000)
+    train, val = examples(n_train, 0, task), examples(n_val, 10_000, task)
     program = dspy.Predict("question -> answer")
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if executor == "ray":          # a running Ray, as on a cluster that is up: its own start is not the search's
@@ -248,6 +324,47 @@ def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int
             "best_val": best, "predict_cpu_ms": floors.get("predict_cpu_ms"),
             "routed_cpu_ms": floors.get("routed_cpu_ms"), "quality_points": points, "executor": executor,
             "startup_s": _ray_startup() if executor == "ray" else 0.0}
+
+
+def calls_to_score(task: str, seeds: list[int], ks: list[int], budget: int, n_train: int, n_val: int,
+                   threads: int = 4) -> list[dict[str, Any]]:
+    """Concurrency's cost in scored calls: per seed, the calls each k needed to first archive a candidate as good
+    as the best every k reached (latency 0; in this process: only calls are compared)."""
+    t = Task(task)
+    rows = []
+    for seed in seeds:
+        curves = {}
+        for k in ks:
+            actor = scripted_lm(t.actor, model="scripted/actor")
+            refl = scripted_lm(t.adaptive_reflection, model="scripted/reflection")
+            from dspy_adaptive import AdaptiveGEPA
+            with dspy.context(lm=actor):
+                res = AdaptiveGEPA(metric, reflection_lm=refl, max_metric_calls=budget, num_threads=threads, seed=seed,
+                                   track_stats=True, progress=False, use_merge=False,
+                                   max_concurrent_proposals=k).compile(
+                    dspy.Predict("question -> answer"), trainset=examples(n_train, 0, task),
+                    valset=examples(n_val, 10_000, task)).detailed_results
+            curves[k] = sorted(zip(res.discovery_eval_counts, res.val_aggregate_scores))
+            stale = sum(1 for p in res.proposals if p["kind"] == "stale")
+            rows.append({"task": task, "seed": seed, "k": k, "best": max(v for _, v in curves[k]), "stale": stale})
+        target = min(max(v for _, v in c) for c in curves.values())
+        for r in rows[-len(ks):]:
+            r.update(target=target, calls=next(c for c, v in curves[r["k"]] if v >= target - 1e-9))
+    return rows
+
+
+def calls_table(rows: list[dict[str, Any]]) -> str:
+    out = ["| task | seed | target | " + " | ".join(f"calls k={k}" for k in sorted({r['k'] for r in rows})) + " |",
+           "|---|---:|---:|" + "---:|" * len({r["k"] for r in rows})]
+    ks = sorted({r["k"] for r in rows})
+    for task, seed in sorted({(r["task"], r["seed"]) for r in rows}):
+        mine = {r["k"]: r for r in rows if r["task"] == task and r["seed"] == seed}
+        out.append(f"| {task} | {seed} | {mine[ks[0]]['target']:.3f} | "
+                   + " | ".join(str(mine[k]["calls"]) for k in ks) + " |")
+    for task in sorted({r["task"] for r in rows}):
+        tot = {k: sum(r["calls"] for r in rows if r["task"] == task and r["k"] == k) for k in ks}
+        out.append(f"| {task} | all | | " + " | ".join(f"{tot[k]} ({tot[k] / tot[ks[0]]:.2f}x)" for k in ks) + " |")
+    return "\n".join(out)
 
 
 def _ray_startup() -> float:
@@ -447,8 +564,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--k", type=int, nargs="+", default=[1, 4], help="AdaptiveGEPA max_concurrent_proposals")
     p.add_argument("--train", type=int, default=30)
     p.add_argument("--val", type=int, default=30)
-    p.add_argument("--task", choices=("climb", "lottery"), default="climb",
-                   help="how the scripted LMs behave (see Task); climb is the default")
+    p.add_argument("--task", choices=("climb", "lottery", "mixed"), nargs="+", default=["climb", "mixed"],
+                   help="how the scripted LMs behave (see Task): climb (one family) and mixed (two families where "
+                        "routing matters) by default")
     p.add_argument("--rss", action="store_true", help="measure RSS per archived candidate (180 val rows)")
     p.add_argument("--out", default=None, help="also write the rows as JSON here")
     p.add_argument("--reuse-scores", action="store_true",
@@ -457,8 +575,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--executor", choices=("threads", "ray"), default="threads",
                    help="ray: compare AdaptiveGEPA on Ray actors with threads at --latencies (default here 0.2 s): "
                         "wall per scored call and Ray's overhead per row (needs the ray extra)")
+    p.add_argument("--calls-to-score", action="store_true",
+                   help="concurrency's cost: scored calls each k (--k, default here 1 2 4) needs to reach the score "
+                        "every k reached, per task and seed")
     p.add_argument("--single", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.calls_to_score:
+        ks = a.k if a.k != [1, 4] else [1, 2, 4]
+        rows = [r for task in a.task for r in calls_to_score(task, a.seeds, ks, a.budget, a.train, a.val)]
+        print(calls_table(rows))
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(rows, f, indent=1)
+        return
     if a.single is not None:
         method, lat, th, bud, seed, k, ntr, nv, task, *rest = a.single
         print(json.dumps(run_one(method, latency=float(lat), threads=int(th), budget=int(bud), seed=int(seed),
@@ -471,7 +600,7 @@ def main(argv: list[str] | None = None) -> None:
         for seed in a.seeds:
             for ex in ("threads", "ray"):
                 rows.append(spawn(["adaptive", str(latency), str(a.threads), str(a.budget), str(seed), "1",
-                                   str(a.train), str(a.val), a.task] + (["ray"] if ex == "ray" else [])))
+                                   str(a.train), str(a.val), a.task[0]] + (["ray"] if ex == "ray" else [])))
             print(f"done seed={seed}", file=sys.stderr)
         print(f"AdaptiveGEPA, latency {1000 * latency:.0f} ms, {a.threads} threads / actors, budget {a.budget}:")
         print(ray_comparison(rows))
@@ -490,19 +619,24 @@ def main(argv: list[str] | None = None) -> None:
                   f"-> {per:.2f} MB per archived candidate (peak {r['peak_rss_mb']:.0f} MB)")
         return
     rows = []
-    for lat in a.latencies:
-        for seed in a.seeds:
-            common = [str(a.threads), str(a.budget), str(seed)]
-            rows.append(spawn(["gepa", str(lat), *common, "1", str(a.train), str(a.val), a.task]))
-            for k in a.k:
-                rows.append(spawn(["adaptive", str(lat), *common, str(k), str(a.train), str(a.val), a.task]
-                                  + (["reuse"] if a.reuse_scores else [])))
-            print(f"done latency={lat} seed={seed}", file=sys.stderr)
-    print(table(rows))
-    print()
-    print(ratios(rows))
-    print()
-    print(time_to_quality(rows))
+    for task in a.task:
+        for lat in a.latencies:
+            for seed in a.seeds:
+                common = [str(a.threads), str(a.budget), str(seed)]
+                rows.append(spawn(["gepa", str(lat), *common, "1", str(a.train), str(a.val), task]))
+                for k in a.k:
+                    rows.append(spawn(["adaptive", str(lat), *common, str(k), str(a.train), str(a.val), task]
+                                      + (["reuse"] if a.reuse_scores else [])))
+                print(f"done task={task} latency={lat} seed={seed}", file=sys.stderr)
+    for task in a.task:
+        mine = [r for r in rows if r["task"] == task]
+        print(f"## task: {task}\n")
+        print(table(mine))
+        print()
+        print(ratios(mine))
+        print()
+        print(time_to_quality(mine))
+        print()
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)

@@ -75,6 +75,20 @@ class Archive:
             fronts[rid] = {c.index for c in self.candidates if c.scores[rid] == best}
         return fronts
 
+    def as_of(self, iteration: int) -> "Archive":
+        """The archive as the iterations before `iteration` left it: later candidates keep their place (indices
+        are positions) but are masked -- scored -inf on every row, so they are on no front and never the best."""
+        masked = [c if c.iteration < iteration else
+                  Candidate(index=c.index, library=c.library, parents=c.parents, origin=c.origin,
+                            scores=dict.fromkeys(c.scores, float("-inf")), executed={}, selected={},
+                            discovered_at=c.discovered_at, iteration=c.iteration)
+                  for c in self.candidates]
+        return Archive(self.row_ids, masked)
+
+    def visible_as_of(self, iteration: int) -> int:
+        """How many candidates the iterations before `iteration` archived."""
+        return sum(1 for c in self.candidates if c.iteration < iteration)
+
     def ancestors(self, i: int) -> frozenset[int]:
         return ancestors([c.parents for c in self.candidates], i)
 

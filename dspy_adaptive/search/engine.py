@@ -143,7 +143,7 @@ class SearchEngine:
         lost = self.evaluator.replay.expire(upto=record.iteration)    # cut-off calls no redone work asked for
         self.lost_calls += lost
         if self._window is not None:
-            self._window.folded(record.budget_at, lost)
+            self._window.folded(record.iteration, record.budget_at, lost)
         spent_before = self.proposals[-1].budget_at if self.proposals else self._seed_spent()
         self.budget.iteration_finished(spent_before, record.budget_at)
         self.proposals.append(record)

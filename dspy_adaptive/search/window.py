@@ -6,10 +6,15 @@ was pushed out while it ran (`InFlight` answers that). Two fold orders:
 
 * "start" (default): proposals fold in the order they started, and every decision is taken at a point fixed by
   the seed, not by thread timing. A proposal starts (and a due merge runs) only when the oldest one folds, from
-  the archive, RNG and *folded* budget at that point; a running proposal decides whether it is stale only
-  before its validation, after every proposal started before it has folded. With an LM whose answers depend
-  only on the prompt and the paper's accounting, a seeded run ends the same at any k. Records carry the
-  folded count, so they do not depend on what else was in flight.
+  the archive, RNG and *folded* budget at that point. A running proposal asks whether it is stale before each
+  step that spends (its reflection, its child minibatch, its validation): it waits until every proposal
+  started before it has *settled* -- finished without a child for the archive, or folded its child -- and
+  then judges its parent against the archive as the iterations before its own left it (`Archive.as_of`).
+  A proposal whose parent a concurrent one has since beaten so stops after its parent minibatch instead of
+  spending a child minibatch and a validation on an outdated parent, and the decision depends on the seed
+  only (with an LM whose answers depend only on the prompt and the paper's accounting, a seeded run is
+  reproducible at any k). Only proposals heading to validation hold later ones up. Records carry the folded
+  count, so they do not depend on what else was in flight.
 * "completion": proposals fold as they complete, a proposal whose parent a fold pushed out stops at its next
   step and gives its place to a new one at once (a little more throughput; the run depends on thread timing).
 
@@ -32,23 +37,34 @@ from dspy_adaptive.search.select import CandidateSelector
 RunJob = Callable[[Job, "Window"], JobOutcome]
 
 
-class _Release:
-    """Start order: the loop releases proposals in start order; a proposal waits for its turn before the one
-    decision that depends on the archive as folded so far (staleness before validation)."""
+class _Settled:
+    """Start order: which started proposals have settled -- finished without a child for the archive, or folded
+    -- so a later proposal can judge its parent on an archive no earlier proposal will still change."""
 
-    def __init__(self) -> None:
+    def __init__(self, cancelled: threading.Event) -> None:
         self._cond = threading.Condition()
-        self._upto: float = -1
+        self._started: set[int] = set()
+        self._settled: set[int] = set()
+        self._cancelled = cancelled
 
-    def upto(self, iteration: int | None) -> None:
-        """Proposals with iteration <= `iteration` may go on (None: all, when the loop ends)."""
+    def started(self, iteration: int) -> None:
         with self._cond:
-            self._upto = float("inf") if iteration is None else max(self._upto, iteration)
+            self._started.add(iteration)
+
+    def settle(self, iteration: int) -> None:
+        with self._cond:
+            self._settled.add(iteration)
             self._cond.notify_all()
 
-    def wait_for(self, iteration: int) -> None:
+    def wake(self) -> None:
         with self._cond:
-            self._cond.wait_for(lambda: self._upto >= iteration)
+            self._cond.notify_all()
+
+    def wait_before(self, iteration: int) -> None:
+        """Until every proposal started before `iteration` has settled (or the search was interrupted)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._cancelled.is_set()
+                                or all(i in self._settled for i in self._started if i < iteration))
 
 
 class Window:
@@ -65,13 +81,14 @@ class Window:
     def __init__(self, k: int, fold_order: str, selector: CandidateSelector, archive: Archive,
                  folded_spent: int | None):
         self.k, self.fold_order = k, fold_order
+        self.selector, self.archive = selector, archive
         self.in_flight = InFlight(selector, k, archive)
         self.folded_spent = folded_spent
-        self._release = _Release() if fold_order == "start" else None
+        self._cancelled = threading.Event()
+        self._settled = _Settled(self._cancelled) if fold_order == "start" else None
         self._order: deque[tuple[Future, Job]] = deque()
         self._pool = ThreadPoolExecutor(max_workers=k if fold_order == "start" else 2 * k,
                                         thread_name_prefix="adaptive-proposal") if k > 1 else None
-        self._cancelled = threading.Event()
 
     # -- the loop --------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -88,23 +105,33 @@ class Window:
 
     def submit(self, run_job: RunJob, job: Job) -> None:
         future: Future
+        if self._settled is not None:
+            self._settled.started(job.iteration)
         if self._pool is None:              # k = 1: in this thread
             future = Future()
             try:
-                future.set_result(run_job(job, self))
+                future.set_result(self._run(run_job, job))
             except Exception as e:  # noqa: BLE001 - re-raised by done(), as a pool's future would
                 future.set_exception(e)
         else:
-            future = self._pool.submit(contextvars.copy_context().run, run_job, job, self)
+            future = self._pool.submit(contextvars.copy_context().run, self._run, run_job, job)
         self.in_flight.add(future, job)
         self._order.append((future, job))
+
+    def _run(self, run_job: RunJob, job: Job) -> JobOutcome:
+        """Run a proposal; one that ends without a child for the archive settles at once."""
+        out = None
+        try:
+            out = run_job(job, self)
+            return out
+        finally:
+            if self._settled is not None and (out is None or out.val_results is None):
+                self._settled.settle(job.iteration)
 
     def done(self) -> list[JobOutcome]:
         """Wait for the next proposals to fold, in the order they fold."""
         if self.fold_order == "start" or self._pool is None:
             future, job = self._order.popleft()
-            if self._release is not None:
-                self._release.upto(job.iteration)      # it may now decide on staleness, then validate
             out = future.result()
             self.in_flight.discard(future)
             return [out]
@@ -113,11 +140,13 @@ class Window:
         self._order = deque(p for p in self._order if p[0] not in gone)
         return [f.result() for f in finished]
 
-    def folded(self, budget_at: int, lost: int = 0) -> None:
-        """A proposal (or merge) folded, recorded at `budget_at` scored calls; `lost` calls an interruption cut
-        off were given up with it (charged, never folded)."""
+    def folded(self, iteration: int, budget_at: int, lost: int = 0) -> None:
+        """A proposal (or merge) of `iteration` folded, recorded at `budget_at` scored calls; `lost` calls an
+        interruption cut off were given up with it (charged, never folded)."""
         if self.folded_spent is not None:
             self.folded_spent = budget_at + lost
+        if self._settled is not None:
+            self._settled.settle(iteration)
 
     def archive_changed(self, archive: Archive) -> None:
         self.in_flight.archive_changed(archive)
@@ -127,23 +156,29 @@ class Window:
         their next step and nothing waits for them."""
         if interrupted:
             self._cancelled.set()
-        if self._release is not None:
-            self._release.upto(None)
+            if self._settled is not None:
+                self._settled.wake()
         if self._pool is not None:
             self._pool.shutdown(wait=not interrupted, cancel_futures=interrupted)
 
     # -- a running proposal ----------------------------------------------------------------------------------
     def stop_reason(self, job: Job, step: str, committing: bool = False) -> str | None:
-        """Why `job` should stop before `step` (None: go on). In start order the decision is taken only before
-        validation (`committing`), once every earlier proposal has folded."""
+        """Why `job` should stop before `step` (None: go on): the search was interrupted, or its parent was
+        pushed out of what the selector could pick by candidates archived since it started (see the module
+        docstring for when start order decides)."""
         if self._cancelled.is_set():
             return f"the search was interrupted; stopped {step}"
         if self.k == 1:
             return None
-        if self._release is not None:
-            if not committing:
+        if self._settled is not None:
+            self._settled.wait_before(job.iteration)
+            if self._cancelled.is_set():
+                return f"the search was interrupted; stopped {step}"
+            if self.archive.visible_as_of(job.iteration) == job.archive_size:
+                return None                       # nothing archived since it started
+            if job.parent.index in self.selector.selectable(self.archive.as_of(job.iteration)):
                 return None
-            self._release.wait_for(job.iteration)
+            return self.in_flight.stale_reason(job, step)
         if self.in_flight.stale(job, committing=committing):
             return self.in_flight.stale_reason(job, step)
         return None

@@ -225,3 +225,32 @@ def test_the_run_record_says_whether_the_seed_fixes_the_run():
     assert run(2).reproducibility.startswith("fixed by the seed (k=2")
     assert run(2, fold_order="completion").reproducibility.startswith("not fixed by the seed")
     assert run(1).reproducibility == "fixed by the seed (k=1)"
+
+
+def test_in_start_order_a_beaten_parent_stops_its_proposal_after_the_parent_minibatch():
+    """Issue 31: a proposal whose parent a concurrent one beat while it ran stops before its reflection (after its
+    parent minibatch), not before its validation: in start order it waits only for the proposals started before
+    it that are heading to validation, then judges its parent on the archive they left -- a seed-fixed point."""
+    from benchmarks.perf import Task, examples, metric
+    from dspy_adaptive.testing import scripted_lm
+
+    task = Task("climb")
+
+    def once():
+        with dspy.context(lm=scripted_lm(task.actor, model="scripted/actor")):
+            return AdaptiveGEPA(metric, reflection_lm=scripted_lm(task.adaptive_reflection), max_metric_calls=200,
+                                num_threads=4, seed=2, track_stats=True, progress=False, use_merge=False,
+                                max_concurrent_proposals=4).compile(
+                dspy.Predict("question -> answer"), trainset=examples(16, 0),
+                valset=examples(16, 10_000)).detailed_results
+
+    res = once()
+    stale = [p for p in res.proposals if p["kind"] == "stale"]
+    assert stale, "the climb pushes parents out while proposals run"
+    early = [p for p in stale if p["reason"].endswith("stopped before reflection")]
+    assert early and all(p["child_sum"] is None and p["action"] is None for p in early)   # no reflection, no gate
+    order = [p["budget_at"] for p in res.proposals]
+    for p in early:                                  # it cost its parent minibatch and nothing more
+        i = res.proposals.index(p)
+        assert i == 0 or order[i] - order[i - 1] == len(p["minibatch"])
+    assert _signature(once()) == _signature(res)     # and the run is the same run again

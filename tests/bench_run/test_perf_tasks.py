@@ -1,0 +1,45 @@
+"""benchmarks.perf's tasks: the mixed task is one where routing matters (issue 31 item 3), and calls-to-score
+compares concurrency levels on the same seeds."""
+
+from __future__ import annotations
+
+import dspy
+
+from benchmarks.perf import Task, calls_table, calls_to_score, examples, run_one, specialist_source
+
+
+def _answer(task: Task, question: str, instructions: str) -> str:
+    class Call:                    # what the scripted actor reads of a call
+        output_fields = ("answer",)
+
+        def field(self, name):
+            return question if name == "question" else None
+
+    call = Call()
+    call.instructions = instructions
+    return task.actor(call)["answer"]
+
+
+def test_one_instruction_serves_one_family_of_the_mixed_task():
+    task, rows = Task("mixed"), examples(40, 0, "mixed")
+    assert {r.id[0] for r in rows} == {"q", "m"}
+
+    def score(instructions, family):
+        mine = [r for r in rows if r.id[0] == family]
+        return sum(_answer(task, r.question, instructions) == r.answer for r in mine) / len(mine)
+
+    codes, sums = "Answer. MODE=codes QUALITY=100", "Answer. MODE=sums QUALITY=100"
+    assert score(codes, "q") == 1.0 and score(codes, "m") == 0.0       # a MODE serves its family only
+    assert score(sums, "m") == 1.0 and score(sums, "q") == 0.0
+    assert 0 < score("Answer.", "q") < 0.5                             # no MODE: only the easiest requests
+    assert "MODE=sums QUALITY=70" in specialist_source(70, "sums")
+
+
+def test_routing_wins_the_mixed_task_and_calls_to_score_compares_k():
+    gepa = run_one("gepa", latency=0.0, threads=4, budget=300, seed=0, k=1, n_train=16, n_val=16, task="mixed")
+    ours = run_one("adaptive", latency=0.0, threads=4, budget=300, seed=0, k=1, n_train=16, n_val=16, task="mixed")
+    assert gepa["best_val"] <= 0.55 < ours["best_val"]          # one prompt for two families vs a specialist each
+    rows = calls_to_score("mixed", [0], [1, 2], budget=120, n_train=12, n_val=12, threads=2)
+    assert {r["k"] for r in rows} == {1, 2} and all(r["calls"] <= 130 for r in rows)
+    assert "| mixed | all |" in calls_table(rows)
+    assert dspy.settings.lm is None                              # the runs left the configuration alone
