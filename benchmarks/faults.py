@@ -1,10 +1,10 @@
 """Hardening report: `python -m benchmarks.faults`.
 
-Runs the red team (tests/hardening/red_team.py: every attack against each sandbox layer, classified
+Runs the red team (benchmarks/hardening/red_team.py: every attack against each sandbox layer, classified
 tried / rejected / contained / escaped / host-broken; escaped and host-broken must be 0), then the four
-families of checks of tests/hardening/ and prints one table:
+families of checks of benchmarks/hardening/ and prints one table:
 
-    hostile corpus in the search    every tests/sandbox/hostile/*.py proposed by the reflection LM in a real search
+    hostile corpus in the search    benchmarks/hardening/hostile/*.py proposed by the reflection LM in a real search
     LM faults at 10% (+35% stress)  faulty_lm on router/fallback/specialists/reflection; every fault accounted for
     kill -9 + resume                mid-evaluation, mid-reflection, mid-checkpoint (toy) + mid-evaluation (merges)
     bad inputs                      refused before any LM call, naming problem and fix; metric faults recorded
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.hardening import bad_inputs, crash_resume, hostile_search, lm_faults, red_team  # noqa: E402
+from benchmarks.hardening import bad_inputs, crash_resume, hostile_search, lm_faults, red_team  # noqa: E402
 
 
 def red_team_table(tmp: Path) -> int:

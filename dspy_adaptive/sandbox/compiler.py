@@ -109,9 +109,22 @@ def compile_program(source: str) -> CompileResult:
     return result
 
 
+_VERIFIED: "OrderedDict[int, CompiledProgram]" = OrderedDict()   # id -> a program found compiled (kept alive)
+
+
 def is_compiled(program: CompiledProgram) -> bool:
-    """True iff `program` is exactly what compile_program produces for its source."""
+    """True iff `program` is exactly what compile_program produces for its source (remembered per object:
+    a CompiledProgram is immutable)."""
     if not isinstance(program, CompiledProgram):
         return False
+    with _LOCK:
+        if _VERIFIED.get(id(program)) is program:
+            return True
     res = compile_program(program.source)
-    return res.ok and res.program == program
+    ok = res.ok and res.program == program
+    if ok:
+        with _LOCK:
+            _VERIFIED[id(program)] = program
+            while len(_VERIFIED) > _CACHE_MAX:
+                _VERIFIED.popitem(last=False)
+    return ok

@@ -15,8 +15,8 @@ import warnings
 
 import dspy
 import pytest
-from sandbox_helpers import SECRET, FakeBridge, unchecked
 
+from benchmarks.hardening.attacks import ATTACK_FRAMES, RAW, SECRET
 from dspy_adaptive import Library, RoutedProgram, Slot
 from dspy_adaptive.sandbox import BridgeLimits, BridgeRefused, Layers, PredictorCache, SandboxPool, SpecialistError
 from dspy_adaptive.sandbox.bridge import (
@@ -28,6 +28,7 @@ from dspy_adaptive.sandbox.bridge import (
     sandbox_error_text,
 )
 from dspy_adaptive.sandbox.signature import SignatureError, parse_signature
+from dspy_adaptive.sandbox.testing import FakeBridge, run_unchecked, unchecked
 from dspy_adaptive.testing import scripted_lm
 
 
@@ -137,46 +138,6 @@ def test_predictor_cache_is_bounded():
 
 
 # ----------------------------------------------------------------------------------------- the bridge alone
-RAW = '''
-import json, struct
-f = sys._getframe()
-while f is not None and "out_fd" not in f.f_locals:
-    f = f.f_back
-rfd, wfd = f.f_locals["in_fd"], f.f_locals["out_fd"]
-def call(msg):
-    data = json.dumps(msg).encode()
-    os.write(wfd, struct.pack(">I", len(data)) + data)
-    head = b""
-    while len(head) < 4:
-        head += os.read(rfd, 4 - len(head))
-    n = struct.unpack(">I", head)[0]
-    body = b""
-    while len(body) < n:
-        body += os.read(rfd, n - len(body))
-    return json.loads(body)
-replies = [call(m) for m in MESSAGES]
-return dspy.Prediction(replies=replies)
-'''
-
-ATTACK_FRAMES = [
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q: os.environ -> a", "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q: row.example -> a", "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q -> a",
-     "inputs": {"q": "x", "config": {"api_base": "http://127.0.0.1:9", "n": 25}}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q -> " + ", ".join(f"f{i}" for i in range(8000)),
-     "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p" * 100_000, "kind": "Predict", "signature": "q -> a", "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Eval", "signature": "q -> a", "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": {"q": "os.environ"}, "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q -> a", "instructions": "x" * 900_000,
-     "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q -> a",
-     "inputs": {**{f"k{i}": "v" for i in range(20_000)}, "q": "x"}},
-    {"op": "tool", "name": "open", "kwargs": {"file": "/etc/passwd"}},
-    {"op": "tool", "name": "search", "kwargs": {"query": "x", "__class__": 1}},
-]
-
-
 def test_the_bridge_alone_refuses_raw_frames_and_spends_nothing():
     """No policy, no RestrictedPython, no OS layer: the worker writes frames of its choosing, and the
     only thing between it and the host is the bridge."""
@@ -186,7 +147,7 @@ def test_the_bridge_alone_refuses_raw_frames_and_spends_nothing():
         warnings.simplefilter("ignore", RuntimeWarning)
         with SandboxPool(max_workers=1, timeout=10, tool_names=("search",), layers=Layers.none()) as p:
             cpu0 = time.process_time()
-            res = p._run_unchecked(src, {}, bridge)
+            res = run_unchecked(p, src, {}, bridge)
             host_cpu = time.process_time() - cpu0
     replies = res.outputs["replies"]
     assert len(replies) == len(ATTACK_FRAMES)
@@ -206,7 +167,7 @@ def test_the_bridge_alone_caps_distinct_predictors_per_call():
         warnings.simplefilter("ignore", RuntimeWarning)
         with SandboxPool(max_workers=1, timeout=10, layers=Layers.none()) as p:
             with pytest.raises(SpecialistError) as ei:
-                p._run_unchecked(unchecked(RAW.replace("MESSAGES", repr(frames))), {}, bridge)
+                run_unchecked(p, unchecked(RAW.replace("MESSAGES", repr(frames))), {}, bridge)
     assert ei.value.kind == "predictor_limit" and "distinct predictors" in ei.value.reason
     assert len(bridge.calls) == BridgeLimits().max_predictors
 

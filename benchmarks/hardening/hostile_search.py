@@ -24,7 +24,7 @@ import dspy
 from dspy_adaptive import AdaptiveGEPA, SandboxSettings
 from dspy_adaptive.testing import scripted_lm
 
-HOSTILE_DIR = Path(__file__).resolve().parents[1] / "sandbox" / "hostile"
+HOSTILE_DIR = Path(__file__).resolve().parent / "hostile"
 SECRET = "sk-canary-7f3a9c1e5b"
 FAILURE_SCORE = -1.0
 DESCRIPTION = "Arithmetic: requests asking for the addition of numbers (they start with 'add:')."
