@@ -207,8 +207,8 @@ class SpecialistPredictors(PredictorCache):
     creates has an owned host predictor under the stable name `slot<k>.<attribute path>`; when the sandboxed
     program calls that predictor, the bridge serves the call with the owned object (so its demos, its
     instructions and its lm apply, and DSPy's trace names it). A call the discovery did not foresee (a
-    predictor made in `forward`, or with other instructions or fields) is served, as before discovery, by a
-    fresh unowned predictor from the bounded cache.
+    predictor made in `forward`, or with other instructions or fields) is served by a predictor built for
+    that request alone (so what one request asked for never makes another request's call faster).
     """
 
     def __init__(self, max_entries: int = 128):
@@ -217,11 +217,9 @@ class SpecialistPredictors(PredictorCache):
         self.discovered: dict[int, str] = {}                               # slot -> source hash discovered
         self._owned_labels: dict[int, str] = {}
 
-    def get(self, scope: Any, request: PredictRequest, label: str) -> dspy.Module:
+    def lookup(self, scope: Any, request: PredictRequest) -> dspy.Module | None:
         hit = self.owned.get((scope, request.name))
-        if hit is not None and hit[0] == request.key:
-            return hit[1]
-        return super().get(scope, request, label)
+        return hit[1] if hit is not None and hit[0] == request.key else None
 
     def label_of(self, predictor: Any) -> str | None:
         label = self._owned_labels.get(id(predictor))
@@ -256,7 +254,7 @@ class SpecialistPredictors(PredictorCache):
                 self._owned_labels.pop(id(inner), None)
         self.discovered.pop(slot, None)
 
-    def __getstate__(self) -> dict[str, Any]:   # the owned predictors only (no lock, no unowned cache)
+    def __getstate__(self) -> dict[str, Any]:   # the owned predictors only (no lock, no labels)
         return {"max_entries": self.max_entries, "discovered": dict(self.discovered),
                 "owned": [(slot, key, pred) for (slot, _), (key, pred) in self.owned.items()]}
 
@@ -267,7 +265,7 @@ class SpecialistPredictors(PredictorCache):
         self.discovered = dict(state["discovered"])
 
     def copy_owned(self, memo: dict | None = None) -> "SpecialistPredictors":
-        """A new holder with deep copies of the owned predictors (no unowned cache)."""
+        """A new holder with deep copies of the owned predictors (no labels of per-request ones)."""
         other = SpecialistPredictors(self.max_entries)
         for (slot, _name), (key, pred) in self.owned.items():
             other.set_owned(slot, key, copy.deepcopy(pred, memo if memo is not None else {}))

@@ -17,7 +17,8 @@ the call fails with a SpecialistError saying which rule it broke.
 Predictor and tool requests are validated by the host bridge (bridge.py: strict signature grammar,
 declared inputs only, their declared types, plain JSON, caps) before `bridge.predict` / `bridge.tool`
 runs them, in a thread that carries the caller's context (so `dspy.settings.trace`, `dspy.context`
-and the usage ledger set by the caller apply, and DSPy's trace records each predictor call).
+and the usage ledger set by the caller apply, and DSPy's trace records each predictor call) and the
+request's own scope (scope.py): an LM response cache of its own and bounded logs.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .bridge import (
     to_plain,
 )
 from .errors import SpecialistError
+from .scope import RequestScope
 from .supply import Worker
 
 STARTUP_TIMEOUT = 30.0
@@ -76,15 +78,22 @@ class CallState:
         return SpecialistError(f"timeout after {self.timeout:g}s", "timeout")
 
 
-def run_bridged(fn: Callable[[], Any], deadline: float) -> Any:
-    """fn() in a helper thread carrying this thread's context; its value, or its exception re-raised here.
-    _Late if it is still running at `deadline` (it then finishes on its own; its result is dropped)."""
+def run_bridged(fn: Callable[[], Any], deadline: float, scope: RequestScope | None = None) -> Any:
+    """fn() in a helper thread carrying this thread's context (and `scope`: the request's own LM cache and
+    bounded logs); its value, or its exception re-raised here. _Late if it is still running at `deadline`
+    (it then finishes on its own; its result is dropped)."""
     box: dict[str, Any] = {}
     ctx = contextvars.copy_context()
 
+    def scoped() -> Any:
+        if scope is None:
+            return fn()
+        with scope.active():
+            return fn()
+
     def target() -> None:
         try:
-            box["value"] = ctx.run(fn)
+            box["value"] = ctx.run(scoped)
         except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread
             box["error"] = e
 
@@ -104,6 +113,7 @@ class Exchange:
     def __init__(self, pool: Any, worker: Worker, bridge: Any, state: CallState):
         self.pool, self.w, self.bridge, self.st = pool, worker, bridge, state
         self.cap = pool.max_output_bytes + 4 * pool.stdout_cap + 65536
+        self.scope: RequestScope | None = None     # made at the first bridge call: this request's LM cache
 
     # -- frames ------------------------------------------------------------------------------------
     def ready(self) -> dict:
@@ -235,8 +245,10 @@ class Exchange:
         t0 = time.monotonic()
         if t0 > st.deadline:
             return self._limit(f"call timeout after {st.call_timeout:g}s (bridge time included)")
+        if self.scope is None:
+            self.scope = RequestScope()
         try:
-            value = run_bridged(fn, st.deadline)
+            value = run_bridged(fn, st.deadline, self.scope)
         except _Late:
             self.pool._count("timeouts")
             raise SpecialistError(f"call timeout after {st.call_timeout:g}s (bridge time included; {what} was "

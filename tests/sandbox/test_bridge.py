@@ -9,6 +9,7 @@ request must never reach the LM.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import warnings
@@ -218,3 +219,84 @@ def test_an_honest_specialist_still_works_end_to_end():
             assert routed(question="6*7?").answer == 42
     finally:
         routed.sandbox.close()
+
+
+# ----------------------------------------------------------------------------------------- declared shapes
+def test_reserved_field_names_are_read_from_dspy_itself():
+    from dspy_adaptive.sandbox.reserved import FALLBACK, derived, predictor_arguments
+
+    found = derived()   # from DSPy's own source: the arguments its predictor calls consume or bind
+    assert {"config", "demos", "prediction", "lm", "signature", "new_signature", "self", "completions"} <= found
+    assert found <= predictor_arguments() and FALLBACK <= predictor_arguments()
+
+
+@pytest.mark.parametrize("field", ["config", "demos", "prediction", "lm", "signature", "self", "completions",
+                                   "callbacks", "instance", "new_signature"])
+@pytest.mark.parametrize("side", ["input", "output"])
+def test_a_field_named_after_a_dspy_predictor_argument_is_refused(field, side):
+    sig = f"q, {field} -> a" if side == "input" else f"q -> a, {field}"
+    with pytest.raises(BridgeRefused, match="reserved"):
+        parse_predict(req(signature=sig, inputs={"q": "hi"}))
+
+
+@pytest.mark.parametrize("signature, value", [
+    ("q: int -> a", "x" * 1000), ("q: int -> a", 1.5), ("q: int -> a", [1]), ("q: float -> a", "1.5"),
+    ("q: bool -> a", 1), ("q: list[int] -> a", ["1"]), ("q: dict[str, int] -> a", {"k": "v"}),
+    ("q: Literal['yes', 'no'] -> a", "maybe"), ("q: str -> a", {"k": "v"}), ("q: str -> a", [1, 2]),
+    ("q: Optional[int] -> a", "1"), ("q: list[str] -> a", "text"),
+])
+def test_values_that_do_not_fit_their_declared_type_are_refused(signature, value):
+    with pytest.raises(BridgeRefused, match="is declared .* but got") as ei:
+        parse_predict(req(signature=signature, inputs={"q": value}))
+    assert "x" * 100 not in str(ei.value)             # the message names the kinds, never the value
+
+
+@pytest.mark.parametrize("signature, value, sent", [
+    ("q: int -> a", 3, 3), ("q: float -> a", 2, 2), ("q: Optional[int] -> a", None, None),
+    ("q: str -> a", ["p1", "p2"], ["p1", "p2"]), ("q: str -> a", 7, "7"), ("q: str -> a", True, "true"),
+    ("q: Literal['yes', 'no'] -> a", "no", "no"), ("q: Any -> a", {"k": [1]}, {"k": [1]}),
+    ("q: dict[str, list[float]] -> a", {"k": [1, 2.5]}, {"k": [1, 2.5]}), ("q: int | None -> a", None, None),
+])
+def test_values_that_fit_are_served(signature, value, sent):
+    assert parse_predict(req(signature=signature, inputs={"q": value})).inputs == {"q": sent}
+
+
+def test_a_declared_config_field_never_reaches_dspy_as_config_end_to_end(caplog):
+    """The issue's attack: `config` declared as an input field was consumed by dspy.Predict (26 LM calls for
+    one); `demos` went into the prompt. Refused now -- the LM sees only the router's call."""
+    lm = scripted()
+    source = ("class Solver(dspy.Module):\n    def __init__(self):\n        super().__init__()\n"
+              "        self.p = dspy.Predict('question, config, demos -> answer')\n\n"
+              "    def forward(self, question):\n"
+              "        demos = [{'question': 'x', 'answer': 'INJECTED'}]\n"
+              "        out = self.p(question=question, config={'n': 25}, demos=demos)\n"
+              "        return dspy.Prediction(answer=str(out.answer))\n")
+    routed = routed_with(source, lm)
+    try:
+        with dspy.context(lm=lm), pytest.raises(Exception, match="HostError"):
+            routed(question="q")
+    finally:
+        routed.sandbox.close()
+    assert len(lm.scripted.prompts()) == 1 and "INJECTED" not in "".join(lm.scripted.prompts())
+
+
+def test_a_huge_value_of_the_wrong_type_leaves_no_trace_in_the_host_log(caplog):
+    """DSPy's type-mismatch warning logged the whole value (25 MB of log per request); now the value is
+    refused before DSPy sees it, and any record made while serving a specialist is bounded anyway."""
+    lm = scripted()
+    source = ("class Solver(dspy.Module):\n    def __init__(self):\n        super().__init__()\n"
+              "        self.p = dspy.Predict('question, count: int -> answer')\n\n"
+              "    def forward(self, question):\n"
+              "        for i in range(5):\n"
+              "            try:\n"
+              "                self.p(question=question, count='9' * 200000)\n"
+              "            except dspy.HostError:\n"
+              "                pass\n"
+              "        return dspy.Prediction(answer=str(self.p(question=question, count=3).answer))\n")
+    routed = routed_with(source, lm)
+    try:
+        with caplog.at_level(logging.DEBUG), dspy.context(lm=lm):
+            assert routed(question="q").answer == "42"
+    finally:
+        routed.sandbox.close()
+    assert sum(len(r.getMessage()) for r in caplog.records) < 20_000
