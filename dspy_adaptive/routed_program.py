@@ -463,6 +463,9 @@ class RoutedProgram(dspy.Module, Parameter):
     def _run_specialist(self, k: int, inputs: dict, selected: int | None, answer: str | None):
         slot = self._library.slot(k)
         program = compile_program(slot.program_source).program
+        # its predictors are owned from its __init__ (found once per source), so requests share only what no
+        # request decided; anything else a request asks for is built for it alone (bridge.PredictorBridge)
+        self._discover_slot(k, slot.program_source, program.source_hash)
         lm = self.lm_for(effective_profile(slot.program_source, slot.profile))   # its PROFILE, read statically
         bridge = PredictorBridge(self._predictors, self.tools, lm, scope=k, label=f"slot{k}")
         try:
@@ -516,18 +519,26 @@ class RoutedProgram(dspy.Module, Parameter):
                         self._predictors.discovered[slot] != source_hash(library.slot(slot).program_source):
                     self._predictors.drop_slot(slot)
             for k in library.active_ids():
-                source = library.slot(k).program_source
-                h = source_hash(source)
-                if self._predictors.discovered.get(k) == h:
-                    continue
-                compiled = compile_program(source)
-                requests: tuple = ()
-                if compiled.ok:
-                    try:
-                        requests = _discover_cached(self.sandbox, compiled.program)
-                    except SpecialistError:
-                        requests = ()
-                self._predictors.adopt(k, h, requests)
+                self._discover_slot(k, library.slot(k).program_source)
+
+    def _discover_slot(self, k: int, source: str, h: str | None = None) -> None:
+        """Own host predictors for slot k's source (its `__init__`, run once per source), unless done."""
+        h = h or source_hash(source)
+        if self._predictors.discovered.get(k) == h:
+            return
+        with self._lock:
+            if self._predictors.discovered.get(k) == h:
+                return
+            if k in self._predictors.discovered:
+                self._predictors.drop_slot(k)
+            compiled = compile_program(source)
+            requests: tuple = ()
+            if compiled.ok:
+                try:
+                    requests = _discover_cached(self.sandbox, compiled.program)
+                except SpecialistError:
+                    requests = ()
+            self._predictors.adopt(k, h, requests)
 
     def named_parameters(self):
         """router, slot<k>.<name> (each active specialist's predictors), fallback.<name>: stable names."""
