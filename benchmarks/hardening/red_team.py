@@ -40,7 +40,7 @@ ROOT_DIR = Path(__file__).resolve().parents[2]
 HOSTILE = sorted(HOSTILE_DIR.glob("*.py"))
 TRIVIAL = compile_program(
     "class S(dspy.Module):\n    def forward(self, x):\n        return dspy.Prediction(answer=x)\n").program
-CLASSES = ("rejected", "contained", "escaped", "host-broken")
+CLASSES = ("rejected", "contained", "escaped", "host-broken", "host-hung")
 
 
 @dataclass
@@ -55,7 +55,7 @@ class Row:
 
     def add(self, outcome: str, note: str = "") -> None:
         self.counts[outcome] += 1
-        if note and outcome in ("escaped", "host-broken"):
+        if note and outcome in ("escaped", "host-broken", "host-hung"):
             self.notes.append(note)
 
 

@@ -24,6 +24,8 @@ request's own scope (scope.py): an LM response cache of its own and bounded logs
 from __future__ import annotations
 
 import contextvars
+import os
+import select
 import signal
 import threading
 import time
@@ -78,12 +80,19 @@ class CallState:
         return SpecialistError(f"timeout after {self.timeout:g}s", "timeout")
 
 
-def run_bridged(fn: Callable[[], Any], deadline: float, scope: RequestScope | None = None) -> Any:
+class _WorkerSpoke(Exception):
+    """The worker sent something, or went away, while the host was serving its request."""
+
+
+def run_bridged(fn: Callable[[], Any], deadline: float, scope: RequestScope | None = None,
+                watch: int | None = None) -> Any:
     """fn() in a helper thread carrying this thread's context (and `scope`: the request's own LM cache and
-    bounded logs); its value, or its exception re-raised here. _Late if it is still running at `deadline`
-    (it then finishes on its own; its result is dropped)."""
+    bounded logs); its value, or its exception re-raised here. _Late if it is still running at `deadline`;
+    _WorkerSpoke if the socket `watch` becomes readable first (the worker died, or spoke out of turn). In
+    both cases fn finishes on its own and its result is dropped."""
     box: dict[str, Any] = {}
     ctx = contextvars.copy_context()
+    done_r, done_w = os.pipe()
 
     def scoped() -> Any:
         if scope is None:
@@ -96,12 +105,23 @@ def run_bridged(fn: Callable[[], Any], deadline: float, scope: RequestScope | No
             box["value"] = ctx.run(scoped)
         except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread
             box["error"] = e
+        finally:
+            try:
+                os.write(done_w, b"x")
+            except OSError:   # the caller stopped waiting
+                pass
+            os.close(done_w)
 
     t = threading.Thread(target=target, name="sandbox-bridge", daemon=True)
     t.start()
-    t.join(max(0.0, deadline - time.monotonic()))
-    if t.is_alive():
-        raise _Late()
+    try:
+        r, _, _ = select.select([done_r] + ([watch] if watch is not None else []), [], [],
+                                max(0.0, deadline - time.monotonic()))
+    finally:
+        os.close(done_r)
+    if done_r not in r:
+        raise _WorkerSpoke() if r else _Late()
+    t.join()
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -138,7 +158,11 @@ class Exchange:
 
     def send(self, msg: dict, what: str) -> None:
         try:
-            protocol.send(self.w.fd, msg, deadline=self.st.deadline)
+            protocol.send(self.w.fd, msg, deadline=self.st.deadline, strict=True)
+        except protocol.PeerSpoke:
+            self.pool._count("violations")
+            raise SpecialistError(f"protocol violation: the worker sent a message while the host was still sending "
+                                  f"{what}", "protocol") from None
         except protocol.SendTimeout:
             self.pool._count("violations")
             raise SpecialistError(f"protocol violation: the worker did not read {what} (the call's deadline passed "
@@ -181,7 +205,11 @@ class Exchange:
         if msg.get("hash") in self.w.loaded and msg.get("preloaded"):
             msg = {k: v for k, v in msg.items() if k != "code"}    # it holds the program already
         try:
-            protocol.send(self.w.fd, msg, deadline=self.st.deadline)
+            protocol.send(self.w.fd, msg, deadline=self.st.deadline, strict=True)
+        except protocol.PeerSpoke:
+            self.pool._count("violations")
+            raise SpecialistError("protocol violation: the worker sent a message before reading its request",
+                                  "protocol") from None
         except (protocol.ChannelClosed, OSError) as e:
             if self.w.prepared and not isinstance(e, protocol.SendTimeout):
                 raise LateWorker() from None   # it died before its request reached it: nothing of it ran
@@ -248,7 +276,13 @@ class Exchange:
         if self.scope is None:
             self.scope = RequestScope()
         try:
-            value = run_bridged(fn, st.deadline, self.scope)
+            value = run_bridged(fn, st.deadline, self.scope, self.w.fd)
+        except _WorkerSpoke:
+            if not protocol.has_data(self.w.fd):
+                raise self.pool._crash_reason(self.w) from None
+            self.pool._count("violations")
+            raise SpecialistError(f"protocol violation: the worker sent a message while the host was serving its "
+                                  f"request ({what})", "protocol") from None
         except _Late:
             self.pool._count("timeouts")
             raise SpecialistError(f"call timeout after {st.call_timeout:g}s (bridge time included; {what} was "

@@ -274,6 +274,8 @@ class ForkServer:
         return out
 
     def status_of(self, z: _Zygote, pid: int) -> int | None:
+        if not z.alive():     # (no need to wait for the lock, which a restart may hold, to learn that)
+            return UNKNOWN_EXIT
         with self._lock:
             return z.status(pid)
 

@@ -80,11 +80,41 @@ def die_with_parent(parent: int | None) -> bool:
     return True
 
 
-def arm_lifetime(seconds: float) -> None:
-    """A wall-clock limit of the process's own: SIGALRM after `seconds`, armed before seccomp (which then
-    refuses the system calls that could disarm it). Nothing in a sandbox process handles SIGALRM, so its
-    default action -- terminate -- applies."""
-    signal.setitimer(signal.ITIMER_REAL, max(0.001, float(seconds)))
+class _SigEvent(ctypes.Structure):
+    _fields_ = [("sigev_value", ctypes.c_void_p), ("sigev_signo", ctypes.c_int), ("sigev_notify", ctypes.c_int),
+                ("_pad", ctypes.c_int * 12)]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _ITimerSpec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+CLOCK_MONOTONIC, SIGEV_SIGNAL = 1, 0
+
+
+def arm_lifetime(seconds: float) -> str:
+    """A wall-clock limit of the process's own: a POSIX timer that sends SIGKILL after `seconds` -- which no
+    signal mask or handler can stop, and which only timer_settime/timer_delete could disarm, system calls
+    seccomp then refuses. Where that timer is unavailable, SIGALRM (default action: terminate) via
+    setitimer. Returns which one was armed."""
+    seconds = max(0.001, float(seconds))
+    try:
+        lib = libc()
+        tid = ctypes.c_void_p(0)
+        sev = _SigEvent(None, int(signal.SIGKILL), SIGEV_SIGNAL)
+        if lib.timer_create(CLOCK_MONOTONIC, ctypes.byref(sev), ctypes.byref(tid)) == 0:
+            whole = int(seconds)
+            spec = _ITimerSpec(_Timespec(0, 0), _Timespec(whole, int((seconds - whole) * 1e9)))
+            if lib.timer_settime(tid, 0, ctypes.byref(spec), None) == 0:
+                return "sigkill-timer"
+    except (AttributeError, OSError):
+        pass
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    return "sigalrm"
 
 
 _NNP = [False]

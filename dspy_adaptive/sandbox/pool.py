@@ -33,7 +33,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from . import forkserver
+from . import forkserver, protocol
 from . import isolation as oslayers
 from .bridge import BridgeLimits, BridgeRefused, PredictRequest, ToolRequest, parse_predict, to_plain
 from .compiler import CompiledProgram, is_compiled
@@ -160,13 +160,15 @@ class SandboxPool:
         limits: caps on bridge requests (bridge.BridgeLimits).
         prepared: workers kept forked, confined and waiting for a request (default: max_workers, at most 8),
             so a call does not wait for a fork; 0 forks each worker when its call starts.
+        max_idle: seconds a prepared worker may wait for its request; older ones are replaced. Every worker's
+            own wall-clock limit is max_idle + call_timeout + 1 s.
     """
 
     def __init__(self, *, max_workers: int = 4, timeout: float = 30.0, call_timeout: float | None = None,
                  memory_mb: int = 512, max_output_bytes: int = 1_000_000, max_predictor_calls: int = 100,
                  tool_names: Sequence[str] = (), max_tool_calls: int | None = None, recursion_limit: int = 500,
                  start_method: str = "auto", isolation: str = "warn", layers: Layers = ALL_LAYERS,
-                 limits: BridgeLimits = DEFAULT_LIMITS, prepared: int | None = None):
+                 limits: BridgeLimits = DEFAULT_LIMITS, prepared: int | None = None, max_idle: float = MAX_IDLE):
         if max_workers < 1:
             raise ValueError("max_workers must be >= 1")
         if start_method not in ("auto", "forkserver", "spawn"):
@@ -201,7 +203,8 @@ class SandboxPool:
         self._forkserver = (forkserver.ForkServer(debug=_debug(), netns=layers.netns, request=request,
                                                   seccomp_bpf=self._bpf) if use_fork else None)
         target = min(max_workers, 8) if prepared is None else max(0, int(prepared))
-        self._supply = WorkerSupply(self._forkserver, target=target, max_idle=MAX_IDLE, debug=_debug(),
+        self.max_idle = float(max_idle)
+        self._supply = WorkerSupply(self._forkserver, target=target, max_idle=self.max_idle, debug=_debug(),
                                     rotate_every=ROTATE_EVERY)
         self._slots = threading.BoundedSemaphore(max_workers)
         self._lock = threading.Lock()            # guards _live and counters (shared with the finalizer)
@@ -349,9 +352,7 @@ class SandboxPool:
         except Exception:  # noqa: BLE001 - a worker that cannot start fails the first real call loudly
             return {}
         try:
-            from . import protocol
-
-            ready = protocol.recv(w.fd, timeout=STARTUP_TIMEOUT, max_bytes=4096)
+            ready = w.ready if w.ready is not None else protocol.recv(w.fd, timeout=STARTUP_TIMEOUT, max_bytes=4096)
             return {k: bool(v) for k, v in (ready.get("applied") or {}).items()}
         except Exception:  # noqa: BLE001
             return {}
@@ -375,7 +376,7 @@ class SandboxPool:
             cfg = {"memory_mb": self.memory_mb, "recursion_limit": self.recursion_limit,
                    "cpu_seconds": max(1, int(self.timeout + 1)), "layers": self.layers.to_dict(),
                    "landlock_abi": int(probe.get("landlock_abi") or 0), "seccomp": bool(probe.get("seccomp")),
-                   "netns": self.layers.netns, "lifetime": MAX_IDLE + self.call_timeout + 5.0}
+                   "netns": self.layers.netns, "lifetime": self.max_idle + self.call_timeout + 1.0}
             if self._forkserver is None and self._bpf:
                 cfg["seccomp_bpf"] = base64.b64encode(self._bpf).decode("ascii")
             self._supply.set_cfg(cfg)

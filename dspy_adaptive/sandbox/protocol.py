@@ -47,6 +47,10 @@ class SendTimeout(TimeoutError):
     """The peer did not read what was sent before the deadline."""
 
 
+class PeerSpoke(Exception):
+    """The peer sent something while the host was still sending it a message (it is not reading)."""
+
+
 def encode(msg: dict, max_bytes: int | None = None, default=None) -> bytes:
     data = json.dumps(msg, ensure_ascii=False, separators=(",", ":"), default=default).encode("utf-8")
     if max_bytes is not None and len(data) > max_bytes:
@@ -61,14 +65,19 @@ def _left(deadline: float | None) -> float | None:
     return left if left > 0 else 0.0
 
 
-def send_bytes(fd: int, data: bytes, deadline: float | None = None) -> None:
+def send_bytes(fd: int, data: bytes, deadline: float | None = None, strict: bool = False) -> None:
     """Write all of `data`. With a deadline (the host, on a non-blocking fd) wait for room at most until
-    then, else raise SendTimeout; without one, write plainly (the worker)."""
+    then, else raise SendTimeout; without one, write plainly (the worker). `strict`: the peer must not
+    speak before it has read all of this (it then raises PeerSpoke; a peer that closed raises ChannelClosed)."""
     view = memoryview(data)
     while view:
         if deadline is not None:
             left = _left(deadline)
-            _, w, _ = select.select([], [fd], [], left)
+            r, w, _ = select.select([fd] if strict else [], [fd], [], left)
+            if r:
+                if not has_data(fd):
+                    raise ChannelClosed()
+                raise PeerSpoke()
             if not w:
                 raise SendTimeout()
         try:
@@ -82,8 +91,22 @@ def send_bytes(fd: int, data: bytes, deadline: float | None = None) -> None:
         view = view[n:]
 
 
-def send(fd: int, msg: dict, max_bytes: int | None = None, deadline: float | None = None) -> None:
-    send_bytes(fd, encode(msg, max_bytes), deadline)
+def send(fd: int, msg: dict, max_bytes: int | None = None, deadline: float | None = None,
+         strict: bool = False) -> None:
+    send_bytes(fd, encode(msg, max_bytes), deadline, strict)
+
+
+def has_data(fd: int) -> bool:
+    """Whether data (not EOF) waits on socket `fd` (host only)."""
+    import socket
+
+    try:
+        with socket.socket(fileno=os.dup(fd)) as s:
+            return bool(s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return False
+    except OSError:
+        return False
 
 
 def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
