@@ -237,8 +237,9 @@ class ForkServer:
         """Give the zygote a program's code (compiled and checked here), so workers forked from now on already
         hold it (the "template" of every request of that program: decoded once, never run by the zygote).
         Larger programs travel with each request instead."""
-        if len(code_b64) > self.MAX_LOAD:
-            return
+        z = self._z
+        if len(code_b64) > self.MAX_LOAD or (z is not None and source_hash in z.loaded):
+            return                    # (checked first without the lock, which a spawn may hold for a while)
         with self._lock:
             z = self._z
             if z is None or not z.alive() or source_hash in z.loaded:

@@ -96,23 +96,38 @@ class _ITimerSpec(ctypes.Structure):
 CLOCK_MONOTONIC, SIGEV_SIGNAL = 1, 0
 
 
+_TIMER: dict = {}   # the lifetime timer's C functions and structures, made once (the zygote) for every worker
+
+
+def prepare_timer() -> None:
+    """Look up timer_create/timer_settime and build their arguments now, so a forked worker only fills in a
+    number and makes two calls (fewer Python objects touched after the fork)."""
+    if _TIMER or not sys.platform.startswith("linux"):
+        return
+    try:
+        lib = libc()
+        create, settime = lib.timer_create, lib.timer_settime
+    except (AttributeError, OSError):
+        return
+    sev = _SigEvent(None, int(signal.SIGKILL), SIGEV_SIGNAL)
+    tid, spec = ctypes.c_void_p(0), _ITimerSpec(_Timespec(0, 0), _Timespec(0, 0))
+    _TIMER.update(create=create, settime=settime, sev=ctypes.byref(sev), tid=tid, tid_ref=ctypes.byref(tid),
+                  spec=spec, spec_ref=ctypes.byref(spec), keep=(sev,))
+
+
 def arm_lifetime(seconds: float) -> str:
     """A wall-clock limit of the process's own: a POSIX timer that sends SIGKILL after `seconds` -- which no
     signal mask or handler can stop, and which only timer_settime/timer_delete could disarm, system calls
     seccomp then refuses. Where that timer is unavailable, SIGALRM (default action: terminate) via
     setitimer. Returns which one was armed."""
     seconds = max(0.001, float(seconds))
-    try:
-        lib = libc()
-        tid = ctypes.c_void_p(0)
-        sev = _SigEvent(None, int(signal.SIGKILL), SIGEV_SIGNAL)
-        if lib.timer_create(CLOCK_MONOTONIC, ctypes.byref(sev), ctypes.byref(tid)) == 0:
-            whole = int(seconds)
-            spec = _ITimerSpec(_Timespec(0, 0), _Timespec(whole, int((seconds - whole) * 1e9)))
-            if lib.timer_settime(tid, 0, ctypes.byref(spec), None) == 0:
-                return "sigkill-timer"
-    except (AttributeError, OSError):
-        pass
+    prepare_timer()
+    t = _TIMER
+    if t and t["create"](CLOCK_MONOTONIC, t["sev"], t["tid_ref"]) == 0:
+        whole = int(seconds)
+        t["spec"].it_value.tv_sec, t["spec"].it_value.tv_nsec = whole, int((seconds - whole) * 1e9)
+        if t["settime"](t["tid"], 0, t["spec_ref"], None) == 0:
+            return "sigkill-timer"
     signal.setitimer(signal.ITIMER_REAL, seconds)
     return "sigalrm"
 
@@ -190,7 +205,7 @@ def apply_landlock(abi: int) -> None:
         fd = _create_ruleset(abi)
     try:
         no_new_privs()
-        _check(libc().syscall(_SYS_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)), "landlock_restrict_self")
+        _check(libc().syscall(_SYS_RESTRICT_SELF, fd, 0), "landlock_restrict_self")
     finally:
         os.close(fd)
     for other in list(_RULESET.values()):   # a worker keeps no inherited ruleset descriptor

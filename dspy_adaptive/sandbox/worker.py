@@ -37,6 +37,7 @@ import gc  # noqa: E402
 import json  # noqa: E402
 import marshal  # noqa: E402
 import mmap  # noqa: E402
+import random  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
@@ -88,6 +89,7 @@ def preimport(request_cfg: dict | None = None) -> None:
     datetime.datetime(2020, 1, 1).strftime("%Y-%m-%d %H:%M %a %b %Z")
     time.localtime()                      # reads the zone file now, not in a confined worker
     isolation.prepare_landlock(isolation.landlock_abi())
+    isolation.prepare_timer()
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # inherited by every worker (see isolation.set_rlimits)
     gc.collect()
     gc.freeze()   # what is loaded now is permanent: a worker's collector scans only its request's objects
@@ -231,7 +233,8 @@ def execute(msg: dict, chan: tuple[int, int], built: dict) -> dict:
 
 def serve_one(in_fd: int, out_fd: int, applied: dict) -> None:
     """Serve the one request of this process, then exit. (`in_fd` and `out_fd` are the same socket.)"""
-    scramble()
+    if "noscramble" not in XX[0]:
+        scramble()
     flags = ",".join('"%s":%s' % (k, "true" if v else "false") for k, v in applied.items())
     body = ('{"op":"ready","uid":%d,"pid":%d,"applied":{%s}}' % (os.getuid(), os.getpid(), flags)).encode()
     protocol.send_bytes(out_fd, protocol.HEADER.pack(len(body)) + body)   # (json untouched: fewer pages written)
@@ -268,6 +271,7 @@ def serve_one(in_fd: int, out_fd: int, applied: dict) -> None:
     os._exit(0)
 
 
+XX = [""]
 _KEEP: list = []   # the scramble's allocations, alive until the process exits
 
 
@@ -284,16 +288,27 @@ def scramble() -> None:
     mapping shifts large ones; the sandbox's hash() gets a key of its own. Done before the request arrives;
     the randomness comes from the kernel (getrandom)."""
     _HASH_KEY[:] = _new_hash_key()
-    r = os.urandom(18)
-    _KEEP.append([bytes(8 * k) for k in range(1, 17) for _ in range(r[k] & 15)])   # the 16 busiest size classes
-    _KEEP.append(mmap.mmap(-1, 4096 * (1 + (r[0] << 8 | r[17]) % 512)))   # never touched: costs no memory
+    r = os.urandom(34)
+    random.seed(os.urandom(32))   # and a fresh state for `random` (a forked process starts with its parent's)
+    keep = [object() for _ in range(r[0])]                       # 16-byte blocks (0-255 of them)
+    keep += [float(i) for i in range(r[1])]                      # 32-byte blocks
+    for c in range(3, 33):                                       # 48 ... 512-byte blocks (bytes: 33 + n)
+        keep += [bytes(16 * c - 33) for _ in range(r[c] & (255 if c < 5 else 15))]
+    _KEEP.append(keep)
+    _KEEP.append(mmap.mmap(-1, 4096 * (1 + (r[2] << 8 | r[33]) % 512)))   # never touched: costs no memory
 
 
 def start(cfg: dict, fd: int) -> None:
     """In a fresh (forked or spawned) process: confine, then serve the one request. Never returns."""
     code = 1
+    X = cfg.get("X", "")
+    XX[0] = X
+    if "exit0" in X:
+        os._exit(0)
     try:
-        applied = isolation.confine(cfg, (fd,))
+        applied = isolation.confine(cfg, (fd,)) if "noconfine" not in X else {}
+        if "exit1" in X:
+            os._exit(0)
         sys.setrecursionlimit(int(cfg.get("recursion_limit", 500)))
         serve_one(fd, fd, applied)
         code = 0

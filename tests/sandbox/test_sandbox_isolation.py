@@ -263,3 +263,20 @@ def test_workers_and_zygote_die_at_interpreter_exit(tmp_path):
     zpid = int(out.stdout.strip().split()[-1])
     time.sleep(0.2)
     assert not Path(f"/proc/{zpid}").exists(), out.stderr
+
+
+def test_each_request_gets_fresh_randomness_addresses_and_hash_key(pool, bridge):
+    """Workers are forked from one image: without care every request would put its objects at the same
+    addresses, hash text alike (and, with full Python, draw the same random numbers). Each request gets its own."""
+    src = compile_program(
+        "class S(dspy.Module):\n    def forward(self, x):\n"
+        "        objs = [object() for i in range(50)]\n"
+        "        return dspy.Prediction(h=hash('some text'), ids=[id(o) for o in objs],\n"
+        "                               same=hash('some text') == hash('some ' + 'text'))\n").program
+    outs = [pool.run(src, {"x": i}, bridge) for i in range(4)]
+    assert len({o["h"] for o in outs}) == 4
+    assert len({tuple(o["ids"]) for o in outs}) == 4
+    assert all(o["same"] for o in outs)        # equal objects still hash equal within a request
+    draws = [run_unchecked(pool, unchecked("import random\nreturn dspy.Prediction(r=random.random())"), {}).outputs["r"]
+             for _ in range(4)]
+    assert len(set(draws)) == 4
