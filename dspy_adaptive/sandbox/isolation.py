@@ -52,6 +52,14 @@ def libc():
     return _libc
 
 
+def trim_heap() -> None:
+    """Give free malloc memory back to the kernel (glibc's malloc_trim), so a fork has fewer pages to copy."""
+    try:
+        libc().malloc_trim(0)
+    except (AttributeError, OSError):
+        pass
+
+
 def _prctl(option: int, a: int = 0, b: int = 0, c: int = 0, d: int = 0) -> int:
     """prctl(2) with plain integers (a forked worker makes these calls: few Python objects touched)."""
     libc()

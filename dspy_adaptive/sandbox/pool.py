@@ -158,8 +158,8 @@ class SandboxPool:
         layers: which OS layers to apply (all by default). Switching layers off is for tests and
             diagnosis; "strict" refuses a pool with layers switched off.
         limits: caps on bridge requests (bridge.BridgeLimits).
-        prepared: workers kept forked, confined and waiting for a request (default: max_workers, at most 8),
-            so a call does not wait for a fork; 0 forks each worker when its call starts.
+        prepared: workers kept forked, confined and waiting for a request (default: max_workers, at least 2 and
+            at most 8), so a call does not wait for a fork; 0 forks each worker when its call starts.
         max_idle: seconds a prepared worker may wait for its request; older ones are replaced. Every worker's
             own wall-clock limit is max_idle + call_timeout + 1 s.
     """
@@ -202,7 +202,7 @@ class SandboxPool:
         self._bpf, self._bpf_why = oslayers.compile_seccomp() if layers.seccomp else (None, "switched off")
         self._forkserver = (forkserver.ForkServer(debug=_debug(), netns=layers.netns, request=request,
                                                   seccomp_bpf=self._bpf) if use_fork else None)
-        target = min(max_workers, 8) if prepared is None else max(0, int(prepared))
+        target = min(max(max_workers, 2), 8) if prepared is None else max(0, int(prepared))
         self.max_idle = float(max_idle)
         self._supply = WorkerSupply(self._forkserver, target=target, max_idle=self.max_idle, debug=_debug(),
                                     rotate_every=ROTATE_EVERY)

@@ -45,6 +45,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 if len(sys.argv) > 2:
     sys.path.append(sys.argv[2])  # started with -S: RestrictedPython's directory, from the host
 
+import _socket  # noqa: E402
+import array  # noqa: E402
 import base64  # noqa: E402
 import ctypes  # noqa: E402
 import json  # noqa: E402
@@ -59,6 +61,8 @@ import isolation  # noqa: E402
 import worker  # noqa: E402
 
 MAX_PACKET = 65536
+_BUF = bytearray(MAX_PACKET)
+_ANC = socket.CMSG_SPACE(8 * 4)   # the host sends no descriptors; any it did are closed unread
 MAX_SPAWN = 16
 UID_RANGE = (1 << 30, (1 << 31) - 2)   # per-worker uids (root hosts): unused by any account
 _EXITED: "OrderedDict[int, int]" = OrderedDict()   # pid -> exit code, for `status`
@@ -161,26 +165,26 @@ except (OSError, AttributeError):  # pragma: no cover
 
 
 def _spawn_one(cfg: dict, lifetime: float) -> tuple[dict, list[int]]:
-    host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a, b = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)   # (the C objects: less to touch per fork)
+    host_end, child_end = a.detach(), b.detach()
     uid = _new_uid(cfg)
     zygote = os.getpid()
     try:
         pid = _fork()
     except OSError:
-        host_end.close()
-        child_end.close()
+        _close((host_end, child_end))
         raise
     if pid == 0:
-        _child(child_end.fileno(), cfg, uid, zygote)
-    child_end.close()
+        _child(child_end, cfg, uid, zygote)
+    os.close(child_end)
     _RUNNING[pid] = (time.monotonic() + lifetime, uid)
     try:
         pidfd = os.pidfd_open(pid)    # before any reaping: this handle names exactly this child
     except OSError:
         _kill([pid])
-        host_end.close()
+        os.close(host_end)
         raise
-    return {"pid": pid, "uid": uid}, [pidfd, host_end.detach()]
+    return {"pid": pid, "uid": uid}, [pidfd, host_end]
 
 
 def _spawn(sock: socket.socket, msg: dict) -> None:
@@ -240,12 +244,14 @@ def serve(sock: socket.socket, host_fd: int | None) -> None:
         if sock not in r:
             continue
         try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, MAX_PACKET, 2)
+            n, anc, _flags, _addr = sock.recvmsg_into([_BUF], _ANC)   # one buffer for every packet: no allocation
         except OSError:
             return
-        if not data:
+        if not n:
             return   # the host went away (or closed us)
-        _close(fds)
+        _close(fd for level, kind, blob in anc if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+               for fd in array.array("i", blob[: len(blob) - len(blob) % 4]))
+        data = bytes(_BUF[:n])
         try:
             msg = json.loads(data.decode("utf-8"))
             op = msg.get("op")
