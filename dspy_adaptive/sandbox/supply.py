@@ -57,6 +57,12 @@ class Worker:
         except Exception:  # noqa: BLE001 - a handle that cannot tell is not worth using
             return False
 
+    def usable(self, max_idle: float) -> bool:
+        """Alive, not waiting longer than max_idle, and not forked by a zygote that was since retired."""
+        zygote = getattr(self.proc, "_zygote", None)
+        return (time.monotonic() - self.born <= max_idle and not getattr(zygote, "retired", False)
+                and self.alive())
+
     def wait_exit(self, timeout: float) -> int | None:
         try:
             return self.proc.wait(timeout=timeout)
@@ -116,7 +122,7 @@ class WorkerSupply:
                 self._cond.notify_all()          # the refill thread replaces it
             if w is None:
                 break
-            if time.monotonic() - w.born <= self.max_idle and w.alive():
+            if w.usable(self.max_idle):
                 self._start_thread()
                 return w
             w.finish()
@@ -225,9 +231,9 @@ class WorkerSupply:
             with self._cond:
                 if self._closed:
                     stale = fresh
-                else:
-                    self._ready.extend(fresh)
-                    stale = []
+                else:     # (a rotation may have retired their zygote while they were being made)
+                    stale = [w for w in fresh if not w.usable(self.max_idle)]
+                    self._ready.extend(w for w in fresh if w not in stale)
             for w in stale:
                 w.finish()
 

@@ -238,7 +238,9 @@ def serve(sock: socket.socket, host_fd: int | None) -> None:
         if retiring and not _RUNNING:
             return
         wait = _expire(time.monotonic())
-        r, _, _ = select.select(watch, [], [], 1.0 if retiring and wait is None else wait)
+        if retiring:     # (waiting for its last workers to exit: look again soon)
+            wait = 0.2 if wait is None else min(wait, 0.2)
+        r, _, _ = select.select(watch, [], [], wait)
         if host_fd is not None and host_fd in r:
             return   # the host exited
         if sock not in r:

@@ -175,3 +175,16 @@ def test_prestart_racing_close_leaves_nothing_behind():
     p.prestart()                         # a closed pool never starts its fork server again
     time.sleep(0.2)
     assert p._forkserver.pid is None
+
+
+def test_a_worker_crash_retires_its_zygote_for_a_fresh_layout():
+    """A crash may be an attacker probing the address space (every worker of one zygote shares its layout and
+    string-hash key): the next workers come from a new zygote, and the old one exits once its workers have."""
+    with SandboxPool(max_workers=1, timeout=5) as p:
+        assert p.run(TRIVIAL, {"x": 1}, FakeBridge()) == {"answer": 1}
+        old = p._forkserver.pid
+        with pytest.raises(SpecialistError, match="SIGSEGV"):
+            run_unchecked(p, unchecked("import ctypes\nctypes.string_at(0)"), {})
+        probe = unchecked("return dspy.Prediction(h=hash('layout'))")
+        assert run_unchecked(p, probe, {}).outputs and p._forkserver.pid not in (None, old)
+        assert _wait_for(lambda: not os.path.exists(f"/proc/{old}") or _gone(old))
