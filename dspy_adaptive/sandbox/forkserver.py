@@ -67,9 +67,17 @@ class _Zygote:
         self.ready: dict = {}
         self.retired = False
         self.loaded: tuple[str, ...] = ()   # programs its workers inherit (ForkServer.load), oldest first
+        self.cfg: dict | None = None        # the workers' configuration it was last given
 
     def alive(self) -> bool:
         return self.sock is not None and self.proc.poll() is None
+
+    def spawn_message(self, n: int, cfg: dict) -> dict:
+        """A spawn request; the workers' configuration only when it differs from the last one sent."""
+        msg: dict = {"op": "spawn", "n": int(n)}
+        if cfg != self.cfg:
+            msg["cfg"], self.cfg = cfg, dict(cfg)
+        return msg
 
     def request(self, msg: dict, timeout: float = REPLY_TIMEOUT) -> tuple[dict, list[int]]:
         if self.sock is None:
@@ -251,18 +259,17 @@ class ForkServer:
         """Fork `n` workers confined as `cfg` says; each comes back as (process, the host's end of its
         channel, {"pid", "uid", "loaded"}). The workers confine themselves and then wait, ready, for a
         request; "loaded" names the programs they hold already (`load`)."""
-        msg = {"op": "spawn", "n": int(n), "cfg": cfg}
         with self._lock:
             z = self._ensure_started_locked()
             try:
                 loaded = frozenset(z.loaded)   # what the zygote holds before this fork
-                reply, fds = z.request(msg)
+                reply, fds = z.request(z.spawn_message(n, cfg))
             except (ConnectionError, OSError):   # the zygote died since the last request: restart once
                 z.stop()
                 self._z = None
                 z = self._ensure_started_locked()
                 loaded = frozenset(z.loaded)
-                reply, fds = z.request(msg)
+                reply, fds = z.request(z.spawn_message(n, cfg))
         workers = reply.get("workers") if reply.get("op") == "spawned" else None
         if not isinstance(workers, list) or len(fds) != 2 * len(workers) or not workers:
             for fd in fds:

@@ -13,7 +13,7 @@ anything else, so every worker inherits them. It never runs specialist code itse
 threaded, so fork() is safe. Protocol: one JSON object per SOCK_SEQPACKET packet.
 
     zygote -> host   {"op": "ready", "pid": N, "probe": {...}, "netns": bool}
-    host -> zygote   {"op": "spawn", "n": K, "cfg": {...}}
+    host -> zygote   {"op": "spawn", "n": K, "cfg": {...}}   ("cfg" may be left out: the last one given)
     zygote -> host   {"op": "spawned", "workers": [{"pid": N, "uid": U}, ...]}
                      + for each worker, its pidfd and the host's end of its channel (SCM_RIGHTS)
                      |  {"op": "error", "reason": ...}
@@ -50,7 +50,6 @@ import array  # noqa: E402
 import base64  # noqa: E402
 import ctypes  # noqa: E402
 import json  # noqa: E402
-import random  # noqa: E402
 import select  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
@@ -109,23 +108,28 @@ def _kill(pids) -> None:
             pass
 
 
+_NEXT = [float("inf")]   # the earliest lifetime among _RUNNING (no scan per packet until then)
+
+
 def _expire(now: float) -> float | None:
     """SIGKILL children past their lifetime; return seconds until the next one expires (None: none)."""
+    if now < _NEXT[0]:
+        return None if _NEXT[0] == float("inf") else _NEXT[0] - now
     late = [pid for pid, (deadline, _) in _RUNNING.items() if deadline <= now]
     _kill(late)
     for pid in late:
         _RUNNING[pid] = (float("inf"), _RUNNING[pid][1])
-    soon = min((d for d, _ in _RUNNING.values()), default=float("inf"))
-    return None if soon == float("inf") else max(0.0, soon - now)
+    _NEXT[0] = min((d for d, _ in _RUNNING.values()), default=float("inf"))
+    return None if _NEXT[0] == float("inf") else max(0.0, _NEXT[0] - now)
 
 
 def _new_uid(cfg: dict) -> int | None:
     if not (cfg.get("layers", {}).get("uid", True) and os.getuid() == 0):
         return None
-    taken = {uid for _, uid in _RUNNING.values()}
+    lo, span = UID_RANGE[0], UID_RANGE[1] - UID_RANGE[0] + 1
     while True:
-        uid = random.randint(*UID_RANGE)
-        if uid not in taken:
+        uid = lo + int.from_bytes(os.urandom(4), "little") % span
+        if all(uid != u for _, u in _RUNNING.values()):
             return uid
 
 
@@ -177,7 +181,10 @@ def _spawn_one(cfg: dict, lifetime: float) -> tuple[dict, list[int]]:
     if pid == 0:
         _child(child_end, cfg, uid, zygote)
     os.close(child_end)
-    _RUNNING[pid] = (time.monotonic() + lifetime, uid)
+    deadline = time.monotonic() + lifetime
+    _RUNNING[pid] = (deadline, uid)
+    if deadline < _NEXT[0]:
+        _NEXT[0] = deadline
     try:
         pidfd = os.pidfd_open(pid)    # before any reaping: this handle names exactly this child
     except OSError:
@@ -187,8 +194,13 @@ def _spawn_one(cfg: dict, lifetime: float) -> tuple[dict, list[int]]:
     return {"pid": pid, "uid": uid}, [pidfd, host_end]
 
 
+_CFG: list = [None]   # the workers' configuration last given (a spawn request need not repeat it)
+
+
 def _spawn(sock: socket.socket, msg: dict) -> None:
-    cfg, n = msg.get("cfg"), msg.get("n", 1)
+    if isinstance(msg.get("cfg"), dict):
+        _CFG[0] = msg["cfg"]
+    cfg, n = _CFG[0], msg.get("n", 1)
     if not isinstance(cfg, dict) or not isinstance(n, int) or not 1 <= n <= MAX_SPAWN:
         _send(sock, {"op": "error", "reason": f"expected a cfg and 1 <= n <= {MAX_SPAWN}"})
         return
