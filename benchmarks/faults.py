@@ -1,10 +1,12 @@
 """Hardening report: `python -m benchmarks.faults`.
 
-Runs the red team (tests/hardening/red_team.py: every attack against each sandbox layer, classified
-tried / rejected / contained / escaped / host-broken; escaped and host-broken must be 0), then the four
-families of checks of tests/hardening/ and prints one table:
+Runs the red team (benchmarks/hardening/red_team.py: every attack against each sandbox layer, classified
+tried / rejected / contained / escaped / host-broken / host-hung; the last three must be 0) with issue 25's
+classes -- hangs and protocol violations (hangs.py), orphaned workers (orphans.py), cache channels with
+timing, declared types, reserved names and log amplification (channels.py) -- then the four families of
+checks of benchmarks/hardening/ and prints one table:
 
-    hostile corpus in the search    every tests/sandbox/hostile/*.py proposed by the reflection LM in a real search
+    hostile corpus in the search    benchmarks/hardening/hostile/*.py proposed by the reflection LM in a real search
     LM faults at 10% (+35% stress)  faulty_lm on router/fallback/specialists/reflection; every fault accounted for
     kill -9 + resume                mid-evaluation, mid-reflection, mid-checkpoint (toy) + mid-evaluation (merges)
     bad inputs                      refused before any LM call, naming problem and fix; metric faults recorded
@@ -26,23 +28,44 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.hardening import bad_inputs, crash_resume, hostile_search, lm_faults, red_team  # noqa: E402
+from benchmarks.hardening import (  # noqa: E402
+    bad_inputs,
+    channels,
+    crash_resume,
+    hangs,
+    hostile_search,
+    lm_faults,
+    orphans,
+    red_team,
+)
 
 
 def red_team_table(tmp: Path) -> int:
-    """Print the red-team table; return escaped + host-broken."""
+    """Print the red-team table (the first red team, then issue 25's classes); return escaped + host-broken +
+    host-hung."""
     t0 = time.perf_counter()
     rows = red_team.run_red_team(tmp)
+    t1 = time.perf_counter()
+    hang = hangs.hang_rows()
+    rows += hang + orphans.orphan_rows() + channels.cache_rows(tmp / "channels") + channels.shape_rows()
     w = max(len(r.family) for r in rows)
-    print(f"{'red team: attacks against each layer':<{w}} | tried | rejected | contained | escaped | host-broken")
-    print(f"{'-' * w}-|-------|----------|-----------|---------|------------")
+    print(f"{'red team: attacks against each layer':<{w}} | tried | rejected | contained | escaped | host-broken | "
+          "host-hung")
+    print(f"{'-' * w}-|-------|----------|-----------|---------|-------------|----------")
     for r in rows:
         c = r.counts
         print(f"{r.family:<{w}} | {r.tried:>5} | {c['rejected']:>8} | {c['contained']:>9} | {c['escaped']:>7} | "
-              f"{c['host-broken']:>11}")
-    bad = sum(r.counts["escaped"] + r.counts["host-broken"] for r in rows)
-    print(f"\nred team: {sum(r.tried for r in rows)} attacks, {bad} escaped or host-broken "
-          f"({time.perf_counter() - t0:.1f}s)")
+              f"{c['host-broken']:>11} | {c.get('host-hung', 0):>9}")
+    bad = sum(r.counts["escaped"] + r.counts["host-broken"] + r.counts.get("host-hung", 0) for r in rows)
+    n_hang = sum(r.tried for r in hang)
+    slowest = max((o.seconds - (2 if "behind" in o.name else 1) * hangs.TIMEOUT for r in hang for o in r.outcomes),
+                  default=0.0)
+    print(f"\nred team: {sum(r.tried for r in rows)} attacks, {bad} escaped, host-broken or host-hung "
+          f"({t1 - t0:.1f}s + {time.perf_counter() - t1:.1f}s for issue 25's classes)")
+    print(f"hang attacks: {n_hang}, every one ended within its deadline ({hangs.TIMEOUT:g}s; at most "
+          f"{max(0.0, slowest):.2f}s past it, allowed {hangs.SLACK:g}s)" if all(
+              o.outcome == "contained" for r in hang for o in r.outcomes) else
+          f"hang attacks: {n_hang}, NOT all ended within their deadline")
     for r in rows:
         for n in r.notes:
             print(" -", n)

@@ -32,6 +32,7 @@ slot's stored profile (the one chosen at activation).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -102,11 +103,17 @@ def profiles_from(lm: Any) -> Profiles:
 def declared_profile(source: str) -> tuple[str | None, str | None]:
     """(profile, problem) from a module-level `PROFILE = "fast" | "deep"` in `source`, read from its syntax
     tree (never executed). (None, None): no declaration. A declaration that is not exactly one plain
-    assignment of the string "fast" or "deep" at module level is a problem (profile None)."""
+    assignment of the string "fast" or "deep" at module level is a problem (profile None). Remembered per
+    source (a routed request asks for it twice; a large program's parse is not free)."""
+    return _declared_profile(source) if isinstance(source, str) else (None, None)
+
+
+@functools.lru_cache(maxsize=256)
+def _declared_profile(source: str) -> tuple[str | None, str | None]:
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None, None            # the sandbox's compile step reports the syntax error
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None, None            # the sandbox's compile step reports why it cannot be parsed
     found: list[ast.AST] = []
     for node in tree.body:
         targets: list[ast.expr] = []

@@ -211,8 +211,8 @@ class SpecialistPredictors(PredictorCache):
     creates has an owned host predictor under the stable name `slot<k>.<attribute path>`; when the sandboxed
     program calls that predictor, the bridge serves the call with the owned object (so its demos, its
     instructions and its lm apply, and DSPy's trace names it). A call the discovery did not foresee (a
-    predictor made in `forward`, or with other instructions or fields) is served, as before discovery, by a
-    fresh unowned predictor from the bounded cache.
+    predictor made in `forward`, or with other instructions or fields) is served by a predictor built for
+    that request alone (so what one request asked for never makes another request's call faster).
     """
 
     def __init__(self, max_entries: int = 128):
@@ -221,11 +221,9 @@ class SpecialistPredictors(PredictorCache):
         self.discovered: dict[int, str] = {}                               # slot -> source hash discovered
         self._owned_labels: dict[int, str] = {}
 
-    def get(self, scope: Any, request: PredictRequest, label: str) -> dspy.Module:
+    def lookup(self, scope: Any, request: PredictRequest) -> dspy.Module | None:
         hit = self.owned.get((scope, request.name))
-        if hit is not None and hit[0] == request.key:
-            return hit[1]
-        return super().get(scope, request, label)
+        return hit[1] if hit is not None and hit[0] == request.key else None
 
     def label_of(self, predictor: Any) -> str | None:
         label = self._owned_labels.get(id(predictor))
@@ -260,7 +258,7 @@ class SpecialistPredictors(PredictorCache):
                 self._owned_labels.pop(id(inner), None)
         self.discovered.pop(slot, None)
 
-    def __getstate__(self) -> dict[str, Any]:   # the owned predictors only (no lock, no unowned cache)
+    def __getstate__(self) -> dict[str, Any]:   # the owned predictors only (no lock, no labels)
         return {"max_entries": self.max_entries, "discovered": dict(self.discovered),
                 "owned": [(slot, key, pred) for (slot, _), (key, pred) in self.owned.items()]}
 
@@ -271,7 +269,7 @@ class SpecialistPredictors(PredictorCache):
         self.discovered = dict(state["discovered"])
 
     def copy_owned(self, memo: dict | None = None) -> "SpecialistPredictors":
-        """A new holder with deep copies of the owned predictors (no unowned cache)."""
+        """A new holder with deep copies of the owned predictors (no labels of per-request ones)."""
         other = SpecialistPredictors(self.max_entries)
         for (slot, _name), (key, pred) in self.owned.items():
             other.set_owned(slot, key, copy.deepcopy(pred, memo if memo is not None else {}))
@@ -499,6 +497,9 @@ class RoutedProgram(dspy.Module, Parameter):
         how = dict(how or {})
         slot = self._library.slot(k)
         program = compile_program(slot.program_source).program
+        # its predictors are owned from its __init__ (found once per source), so requests share only what no
+        # request decided; anything else a request asks for is built for it alone (bridge.PredictorBridge)
+        self._discover_slot(k, slot.program_source, program.source_hash)
         lm = self.lm_for(effective_profile(slot.program_source, slot.profile))   # its PROFILE, read statically
         bridge = PredictorBridge(self._predictors, self.tools, lm, scope=k, label=f"slot{k}")
         try:
@@ -570,18 +571,26 @@ class RoutedProgram(dspy.Module, Parameter):
                         self._predictors.discovered[slot] != source_hash(library.slot(slot).program_source):
                     self._predictors.drop_slot(slot)
             for k in library.active_ids():
-                source = library.slot(k).program_source
-                h = source_hash(source)
-                if self._predictors.discovered.get(k) == h:
-                    continue
-                compiled = compile_program(source)
-                requests: tuple = ()
-                if compiled.ok:
-                    try:
-                        requests = _discover_cached(self.sandbox, compiled.program)
-                    except SpecialistError:
-                        requests = ()
-                self._predictors.adopt(k, h, requests)
+                self._discover_slot(k, library.slot(k).program_source)
+
+    def _discover_slot(self, k: int, source: str, h: str | None = None) -> None:
+        """Own host predictors for slot k's source (its `__init__`, run once per source), unless done."""
+        h = h or source_hash(source)
+        if self._predictors.discovered.get(k) == h:
+            return
+        with self._lock:
+            if self._predictors.discovered.get(k) == h:
+                return
+            if k in self._predictors.discovered:
+                self._predictors.drop_slot(k)
+            compiled = compile_program(source)
+            requests: tuple = ()
+            if compiled.ok:
+                try:
+                    requests = _discover_cached(self.sandbox, compiled.program)
+                except SpecialistError:
+                    requests = ()
+            self._predictors.adopt(k, h, requests)
 
     def named_parameters(self):
         """router, slot<k>.<name> (each active specialist's predictors), fallback.<name>: stable names."""

@@ -1,13 +1,23 @@
-"""Per-call overhead of the sandbox: `python -m dspy_adaptive.sandbox.bench [--calls N]`.
+"""Per-call overhead of the sandbox: `python -m dspy_adaptive.sandbox.bench [--calls N] [--pause MS]`.
 
-Runs a trivial specialist (no predictor calls; returns Prediction(answer=x)) N times through a
-pool and prints median / p90 / max wall-clock milliseconds per call -- each call a fresh, fully
-confined worker forked from the warm zygote -- plus the zygote's start-up and the layers applied.
+Runs a trivial specialist (no predictor calls; returns Prediction(answer=x)) N times through a pool and
+prints the wall-clock milliseconds per call -- each call a fresh, fully confined worker -- three ways:
+
+* back to back (the headline: median / p90 / max): each call starts as soon as the previous one ended, so
+  the workers prepared ahead must also be made at that pace (on a busy machine this measures how fast
+  workers can be made as much as what a call waits for);
+* paced: the same with a pause between calls (default 5 ms, the least an LM call leaves between two
+  specialist calls in a search), so prepared workers are ready: what a call itself costs;
+* CPU per call: host, zygote and workers together (this process's CPU, and the zygote's with its reaped
+  workers), the figure a machine's throughput depends on.
+
+Plus the zygote's start-up and the layers applied.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -25,32 +35,63 @@ class _NoBridge:
         raise RuntimeError("unexpected tool call")
 
 
-def measure(calls: int = 200) -> dict[str, float]:
+def _calls(pool: SandboxPool, program, n: int, pause: float) -> list[float]:
+    bridge, times = _NoBridge(), []
+    for i in range(n):
+        if pause:
+            time.sleep(pause)
+        t = time.perf_counter()
+        out = pool.run(program, {"x": i}, bridge)
+        times.append(time.perf_counter() - t)
+        assert out == {"answer": i}
+    return sorted(times)
+
+
+def _cpu(zygote: int | None) -> float:
+    """CPU seconds of this process, its reaped children, and the zygote with its reaped workers."""
+    t = os.times()
+    total = t.user + t.system + t.children_user + t.children_system
+    if zygote:
+        try:
+            with open(f"/proc/{zygote}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
+
+
+def measure(calls: int = 200, pause_ms: float = 5.0) -> dict:
     program = compile_program(TRIVIAL).program
     with SandboxPool(max_workers=1, timeout=10) as pool:
         t0 = time.perf_counter()
         report = pool.isolation_report()
         startup = time.perf_counter() - t0
-        bridge = _NoBridge()
-        pool.run(program, {"x": -1}, bridge)
-        times = []
-        for i in range(calls):
-            t = time.perf_counter()
-            out = pool.run(program, {"x": i}, bridge)
-            times.append(time.perf_counter() - t)
-            assert out == {"answer": i}
-    times.sort()
+        pool.warm()
+        pool.run(program, {"x": -1}, _NoBridge())
+        zygote = pool._forkserver.pid if pool._forkserver else None
+        cpu0 = _cpu(zygote)
+        times = _calls(pool, program, calls, 0.0)
+        paced = _calls(pool, program, calls, pause_ms / 1e3)
+        time.sleep(0.2)    # the zygote reaps the last workers
+        cpu = _cpu(zygote) - cpu0
     return {"calls": calls, "median_ms": statistics.median(times) * 1e3,
             "p90_ms": times[int(0.9 * (len(times) - 1))] * 1e3, "max_ms": times[-1] * 1e3,
-            "startup_ms": startup * 1e3, "isolation": report.summary()}
+            "paced_median_ms": statistics.median(paced) * 1e3, "pause_ms": pause_ms,
+            "cpu_per_call_ms": cpu / (2 * calls) * 1e3, "startup_ms": startup * 1e3,
+            "isolation": report.summary()}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=200)
-    r = measure(ap.parse_args().calls)
+    ap.add_argument("--pause", type=float, default=5.0, help="milliseconds between paced calls")
+    a = ap.parse_args()
+    r = measure(a.calls, a.pause)
     print(f"trivial specialist, {r['calls']} calls, a fresh confined worker each: "
-          f"median {r['median_ms']:.3f} ms, p90 {r['p90_ms']:.3f} ms, max {r['max_ms']:.3f} ms "
+          f"median {r['median_ms']:.3f} ms, p90 {r['p90_ms']:.3f} ms, max {r['max_ms']:.3f} ms back to back; "
+          f"median {r['paced_median_ms']:.3f} ms paced ({r['pause_ms']:g} ms between calls); "
+          f"{r['cpu_per_call_ms']:.2f} ms of CPU per call (host, zygote and worker) "
           f"(zygote start-up and isolation check {r['startup_ms']:.0f} ms, once per pool)\n{r['isolation']}")
 
 

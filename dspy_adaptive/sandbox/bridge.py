@@ -7,16 +7,20 @@ runs, `parse_predict` / `parse_tool` turn it into a frozen request or refuse it:
 * the signature goes through the strict grammar of `signature.py` (no DSPy string parsing: that
   walks the host's stack and imports modules); the host Signature is built from the parsed fields;
 * the predictor receives exactly the declared input fields, as plain JSON values -- every other
-  keyword (config, signature, demos, lm, _trace, ...) is refused, so nothing a specialist sends can
-  change where or how often the host's LM is called;
+  keyword (config, signature, demos, lm, _trace, ...) is refused, and no field may be NAMED after an
+  argument DSPy's predictors take themselves (reserved.py reads them from DSPy), so nothing a
+  specialist sends can change where or how often the host's LM is called or what its prompt holds;
+* each value must fit its declared type (signature.conforms; a number given to a text field is sent
+  as its text); a refusal names the kinds involved, never the value;
 * names, instructions, fields, argument sizes and distinct predictors per call are capped
   (`BridgeLimits`), so a request cannot buy unbounded host CPU or memory;
 * errors sent back into the sandbox say what failed in our own words plus an exception type name:
   never a repr of a host object, an LM's error text, or anything from the environment
   (`sandbox_error_text`); the full text stays on the host for the run record.
 
-`PredictorBridge` serves validated requests with host `dspy.Predict` / `dspy.ChainOfThought`
-objects from a bounded `PredictorCache`, in the calling thread (so DSPy's trace and context apply),
+`PredictorBridge` serves one request's validated requests with host `dspy.Predict` /
+`dspy.ChainOfThought` objects: ones the caller owns from before any request (`PredictorCache.lookup`),
+else ones built for that request alone (no host cache a request can warm is shared with another),
 and records every tool call it serves: the caller attaches them to the program's output
 (`attach_tool_calls`), so a metric judges what was actually sent through a tool (`tool_calls_of`)
 rather than what the program reports it sent.
@@ -39,7 +43,8 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.lm.adapter_memo import lm_context
 from dspy_adaptive.lm.usage import role
-from dspy_adaptive.sandbox.signature import ParsedSignature, SignatureError, parse_signature
+from dspy_adaptive.sandbox.reserved import predictor_arguments
+from dspy_adaptive.sandbox.signature import ParsedSignature, SignatureError, conforms, describe_value, parse_signature
 
 KINDS = ("Predict", "ChainOfThought")
 _PNAME = re.compile(r"[A-Za-z0-9_.\[\]'\"-]{1,100}\Z")
@@ -161,7 +166,7 @@ def parse_predict(msg: Mapping[str, Any], limits: BridgeLimits | None = None) ->
     if kind not in KINDS:
         raise BridgeRefused(f"predictor kind must be one of {', '.join(KINDS)}")
     try:
-        sig = parse_signature(msg.get("signature"))
+        sig = parse_signature(msg.get("signature"), predictor_arguments())
     except SignatureError as e:
         raise BridgeRefused(f"predictor {name!r}: {e}") from None
     if kind == "ChainOfThought" and "reasoning" in sig.output_names:
@@ -178,6 +183,15 @@ def parse_predict(msg: Mapping[str, Any], limits: BridgeLimits | None = None) ->
         shown = ", ".join(repr(k[:40]) for k in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
         raise BridgeRefused(f"predictor {name!r} takes only its input fields "
                             f"({', '.join(sig.input_names) or 'none'}); got {shown}")
+    for f in sig.inputs:
+        value = inputs.get(f.name)
+        if value is None:   # absent or None: as DSPy, not checked
+            continue
+        if f.type is str and isinstance(value, (int, float)):   # a number or boolean in a text field: its text
+            inputs[f.name] = json.dumps(value)
+        elif not conforms(value, f.type):
+            raise BridgeRefused(f"predictor {name!r}: input {f.name!r} is declared {f.type_text} but got "
+                                f"{describe_value(value)}; pass a {f.type_text} or declare the field's type")
     return PredictRequest(name, kind, sig, instructions, inputs)
 
 
@@ -251,41 +265,55 @@ def host_signature(sig: ParsedSignature, instructions: str | None) -> type[dspy.
     return _cached_host_signature(sig, instructions)
 
 
-def host_predictor(kind: str, sig: ParsedSignature, instructions: str | None) -> dspy.Module:
+def host_predictor(kind: str, sig: ParsedSignature, instructions: str | None, shared: bool = True) -> dspy.Module:
+    """A host Predict / ChainOfThought for a parsed signature. `shared=False` builds its signature afresh
+    (for a predictor a request asked for: see PredictorBridge)."""
     cls = dspy.ChainOfThought if kind == "ChainOfThought" else dspy.Predict
-    return cls(host_signature(sig, instructions))
+    return cls(host_signature(sig, instructions) if shared else _build_host_signature(sig, instructions))
 
 
 class PredictorCache:
-    """Host predictor objects of one program, by (scope, request key): stable objects, so DSPy traces
-    name the same predictor each time. Bounded (least recently used dropped first), so a program that
-    invents new instructions on every call cannot grow host memory without limit."""
+    """Host predictor objects by (scope, request key), with the label each is known by in DSPy traces.
+    Bounded (least recently used dropped first), so a program that invents new instructions on every
+    call cannot grow host memory without limit.
+
+    `lookup` is what a bridge may serve a request with across requests: nothing here (a subclass owns
+    predictors made before any request, e.g. RoutedProgram's discovered ones). Everything else a request
+    asks for is built for that request alone (PredictorBridge), so whether a predictor already exists can
+    never tell one request what another asked for."""
 
     def __init__(self, max_entries: int = 128):
         self.max_entries = max_entries
         self._lock = threading.Lock()
         self._items: OrderedDict[tuple, dspy.Module] = OrderedDict()
-        self._labels: dict[int, str] = {}
+        self._labels: OrderedDict[int, tuple[str, Any]] = OrderedDict()   # id -> (label, the object: no id reuse)
 
-    def get(self, scope: Any, request: PredictRequest, label: str) -> dspy.Module:
+    def lookup(self, scope: Any, request: PredictRequest) -> dspy.Module | None:
+        return None
+
+    def get(self, scope: Any, request: PredictRequest, label: str, shared: bool = True) -> dspy.Module:
         key = (scope, *request.key)
         with self._lock:
             p = self._items.get(key)
             if p is not None:
                 self._items.move_to_end(key)
                 return p
-        p = host_predictor(request.kind, request.signature, request.instructions)
+        p = host_predictor(request.kind, request.signature, request.instructions, shared=shared)
         with self._lock:
             self._items[key] = p
-            self._labels[id(p)] = label
-            for inner in p.predictors():
-                self._labels[id(inner)] = label
             while len(self._items) > self.max_entries:
-                _, old = self._items.popitem(last=False)
-                self._labels.pop(id(old), None)
-                for inner in old.predictors():
-                    self._labels.pop(id(inner), None)
+                self._items.popitem(last=False)
+        self.remember(p, label)
         return p
+
+    def remember(self, predictor: dspy.Module, label: str) -> None:
+        """Name `predictor` (and its inner Predict) `label` in traces (the last 4 x max_entries named)."""
+        with self._lock:
+            for p in (predictor, *predictor.predictors()):
+                self._labels[id(p)] = (label, p)
+                self._labels.move_to_end(id(p))
+            while len(self._labels) > 4 * self.max_entries:
+                self._labels.popitem(last=False)
 
     def values(self) -> list[dspy.Module]:
         with self._lock:
@@ -293,7 +321,8 @@ class PredictorCache:
 
     def label_of(self, predictor: Any) -> str | None:
         with self._lock:
-            return self._labels.get(id(predictor))
+            hit = self._labels.get(id(predictor))
+            return hit[0] if hit is not None and hit[1] is predictor else None
 
     def __len__(self) -> int:
         with self._lock:
@@ -301,12 +330,15 @@ class PredictorCache:
 
 
 class PredictorBridge:
-    """Serves a sandboxed program's validated predictor and tool requests on the host.
+    """Serves a sandboxed program's validated predictor and tool requests on the host, for ONE request.
 
     predictors: a PredictorCache (with `scope` naming the program in it, e.g. its slot), or a callable
         `(name, kind, signature_text, instructions) -> predictor` of the caller's own.
     tools: the functions the program may call by name. lm: the profile LM its predictors run on.
     role_name: files LM usage under that role (usage.py).
+
+    A predictor the cache owns (`PredictorCache.lookup`) serves the request; any other is built for this
+    request alone and dropped with it (it is only named in the cache, for traces).
     """
 
     def __init__(self, predictors: PredictorCache | Callable[..., dspy.Module], tools: Mapping[str, Callable],
@@ -314,10 +346,17 @@ class PredictorBridge:
         self.predictors, self.tools, self.lm = predictors, tools, lm
         self.role_name, self.scope, self.label = role_name, scope, label
         self.tool_calls: list[ToolCall] = []   # every call served, in order (see `tool_calls_of`)
+        self._own = PredictorCache(max_entries=32)   # this request's predictors
 
     def _predictor(self, request: PredictRequest) -> dspy.Module:
         if isinstance(self.predictors, PredictorCache):
-            return self.predictors.get(self.scope, request, f"{self.label}.{request.name}")
+            owned = self.predictors.lookup(self.scope, request)
+            if owned is not None:
+                return owned
+            label = f"{self.label}.{request.name}"
+            p = self._own.get(self.scope, request, label, shared=False)
+            self.predictors.remember(p, label)
+            return p
         return self.predictors(request.name, request.kind, request.signature.text, request.instructions)
 
     def predict(self, request: PredictRequest) -> dict[str, Any]:
@@ -339,7 +378,7 @@ def bridged_predictor(kind: str, signature: str, instructions: str | None) -> ds
     """The host predictor for a sandboxed `dspy.<kind>(signature, instructions)`, through the strict
     grammar (raises BridgeRefused for anything else)."""
     try:
-        sig = parse_signature(signature)
+        sig = parse_signature(signature, predictor_arguments())
     except SignatureError as e:
         raise BridgeRefused(str(e)) from None
     return host_predictor(kind, sig, instructions)

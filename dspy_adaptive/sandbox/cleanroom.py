@@ -121,6 +121,15 @@ def build(real_getattr, real_type, module_type, module_names, internal_imports, 
     def apply(f, *args, **kwargs):
         return f(*args, **kwargs)
 
+    hash_key = [0, 1]   # set at random for each request (worker.scramble): a request-keyed hash()
+
+    def keyed_hash(obj):
+        """hash(obj) as the sandbox sees it: a bijection of the interpreter's hash keyed per request, so equal
+        objects hash equal within a request while the values differ from one request to the next."""
+        h = ((hash(obj) ^ hash_key[0]) * hash_key[1]) & 0xFFFFFFFFFFFFFFFF
+        h = h - 0x10000000000000000 if h >= 0x8000000000000000 else h
+        return -2 if h == -1 else h
+
     def safe_type(*args):
         """type(x) with exactly one argument; never a metaclass (so no class building)."""
         if len(args) != 1:
@@ -426,7 +435,8 @@ def build(real_getattr, real_type, module_type, module_names, internal_imports, 
     return {
         "getattr": guarded_getattr, "hasattr": guarded_hasattr, "getitem": guarded_getitem,
         "getiter": guarded_iter, "unpack_sequence": unpack_sequence, "iter_unpack_sequence": iter_unpack_sequence,
-        "inplacevar": inplacevar, "apply": apply, "type": safe_type, "write": guarded_write,
+        "inplacevar": inplacevar, "apply": apply, "type": safe_type, "write": guarded_write, "hash": keyed_hash,
+        "hash_key": hash_key,
         "import": guarded_import, "printer": printer, "print": print_hook, "dspy": dspy_proxy, "shim": shim_ns,
         "tools": {n: make_tool(n) for n in tool_names}, "root": root, "calls": calls,
         "named_predictors": named_predictors, "lower": lower,

@@ -84,7 +84,10 @@ _LOCK = threading.Lock()
 
 
 def compile_program(source: str) -> CompileResult:
-    """Policy + RestrictedPython compile + structure. Nothing runs. Cached by source hash."""
+    """Policy + RestrictedPython compile + structure. Nothing runs. Cached by source hash. Never raises:
+    anything that goes wrong while checking is a rejection with a reason. The checks run on a fresh
+    thread's stack, so whether a deeply nested source is accepted does not depend on how deep the
+    caller's stack happens to be."""
     if not isinstance(source, str):
         return CompileResult(False, (f"line 0: source must be a str, got {type(source).__name__}",), None)
     h = source_hash(source)
@@ -93,15 +96,7 @@ def compile_program(source: str) -> CompileResult:
         if hit is not None:
             _CACHE.move_to_end(h)
             return hit
-    reasons, code = policy.check_and_compile(source)
-    if reasons:
-        result = CompileResult(False, tuple(reasons), None)
-    else:
-        struct_reasons, class_name = _structure(source)
-        if struct_reasons:
-            result = CompileResult(False, tuple(struct_reasons), None)
-        else:
-            result = CompileResult(True, (), CompiledProgram(source, class_name, h, marshal.dumps(code)))
+    result = _on_fresh_stack(lambda: _compile(source, h))
     with _LOCK:
         _CACHE[h] = result
         while len(_CACHE) > _CACHE_MAX:
@@ -109,9 +104,50 @@ def compile_program(source: str) -> CompileResult:
     return result
 
 
+_VERIFIED: "OrderedDict[int, CompiledProgram]" = OrderedDict()   # id -> a program found compiled (kept alive)
+
+
+def _compile(source: str, h: str) -> CompileResult:
+    reasons, code = policy.check_and_compile(source)
+    if reasons:
+        return CompileResult(False, tuple(reasons), None)
+    struct_reasons, class_name = _structure(source)
+    if struct_reasons:
+        return CompileResult(False, tuple(struct_reasons), None)
+    return CompileResult(True, (), CompiledProgram(source, class_name, h, marshal.dumps(code)))
+
+
+def _on_fresh_stack(fn) -> CompileResult:
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["result"] = fn()
+        except Exception as e:  # noqa: BLE001 - a check that fails unexpectedly rejects the source
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="sandbox-compile")
+    t.start()
+    t.join()
+    if "result" in box:
+        return box["result"]
+    e = box.get("error")
+    return CompileResult(False, (f"line 0: the source could not be checked ({type(e).__name__})",), None)
+
+
 def is_compiled(program: CompiledProgram) -> bool:
-    """True iff `program` is exactly what compile_program produces for its source."""
+    """True iff `program` is exactly what compile_program produces for its source (remembered per object:
+    a CompiledProgram is immutable)."""
     if not isinstance(program, CompiledProgram):
         return False
+    with _LOCK:
+        if _VERIFIED.get(id(program)) is program:
+            return True
     res = compile_program(program.source)
-    return res.ok and res.program == program
+    ok = res.ok and res.program == program
+    if ok:
+        with _LOCK:
+            _VERIFIED[id(program)] = program
+            while len(_VERIFIED) > _CACHE_MAX:
+                _VERIFIED.popitem(last=False)
+    return ok

@@ -1,12 +1,18 @@
-"""Host side of the sandbox fork server (zygote.py): start it, ask it to fork workers, and watch
-those workers through pidfds.
+"""Host side of the sandbox fork server (zygote.py): start it, ask it for workers, and watch those
+workers through pidfds.
 
 A forked worker is the zygote's child, not ours, so `subprocess.Popen` cannot manage it.
 `ForkedProcess` offers the part of Popen's interface the pool uses (pid, poll, wait, send_signal,
 returncode): exit is observed through a pidfd that the zygote opened before it could reap the child
 (Linux >= 5.3; race-free, no pid reuse), signals go through `pidfd_send_signal`, and the exit code
-is asked of the zygote only when it is needed (a crash). `available()` says whether this platform
-can do all that; otherwise the pool starts every worker directly (the slower path, same confinement).
+is asked of the zygote that forked it only when it is needed (a crash). `available()` says whether
+this platform can do all that; otherwise the pool starts every worker directly (the slower path,
+same confinement).
+
+Every exchange with a zygote is bounded in time (socket timeouts on sends, a deadline on replies).
+A zygote can be *rotated* (`rotate()`): the next workers come from a freshly started one (a new
+address-space layout and string-hash key), while the old one forks nothing more and exits as soon
+as its last worker has.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ ZYGOTE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.p
 STARTUP_TIMEOUT = 30.0
 REPLY_TIMEOUT = 10.0
 UNKNOWN_EXIT = 255   # reported when the zygote is gone and a child's exit status cannot be read
+MAX_PROGRAMS = 64    # programs a zygote holds (worker.load_program forgets the oldest, as the host does here)
 
 
 def available() -> bool:
@@ -52,34 +59,120 @@ def scrubbed_env() -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
 
 
+class _Zygote:
+    """One running zygote process and its control socket. Not thread-safe: the ForkServer's lock guards it."""
+
+    def __init__(self, proc: subprocess.Popen, sock: socket.socket):
+        self.proc, self.sock = proc, sock
+        self.ready: dict = {}
+        self.retired = False
+        self.loaded: tuple[str, ...] = ()   # programs its workers inherit (ForkServer.load), oldest first
+        self.cfg: dict | None = None        # the workers' configuration it was last given
+
+    def alive(self) -> bool:
+        return self.sock is not None and self.proc.poll() is None
+
+    def spawn_message(self, n: int, cfg: dict) -> dict:
+        """A spawn request; the workers' configuration only when it differs from the last one sent."""
+        msg: dict = {"op": "spawn", "n": int(n)}
+        if cfg != self.cfg:
+            msg["cfg"], self.cfg = cfg, dict(cfg)
+        return msg
+
+    def request(self, msg: dict, timeout: float = REPLY_TIMEOUT) -> tuple[dict, list[int]]:
+        if self.sock is None:
+            raise ConnectionError("sandbox fork server exited")
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.send(json.dumps(msg).encode("utf-8"))
+        except socket.timeout:
+            raise SpecialistError(f"sandbox fork server did not take a request within {timeout:g}s", "crash") from None
+        return self.reply(timeout)
+
+    def reply(self, timeout: float) -> tuple[dict, list[int]]:
+        assert self.sock is not None
+        r, _, _ = select.select([self.sock], [], [], timeout)
+        if not r:
+            raise SpecialistError(f"sandbox fork server did not answer within {timeout:g}s", "crash")
+        data, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, 64)
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            raise ConnectionError("sandbox fork server exited")
+        return json.loads(data.decode("utf-8")), fds
+
+    def post(self, msg: dict) -> bool:
+        """A message that has no reply; False if it could not be sent."""
+        if self.sock is None:
+            return False
+        try:
+            self.sock.settimeout(1.0)
+            self.sock.send(json.dumps(msg).encode("utf-8"))
+            return True
+        except OSError:
+            return False
+
+    def retire(self) -> None:
+        """Fork nothing more; exit once every worker has (or at once, if none is running)."""
+        self.retired = True
+        if self.sock is not None and not self.post({"op": "retire"}):
+            self.stop()
+
+    def stop(self) -> None:
+        """Close the control socket: the zygote SIGKILLs every worker it forked and exits."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def status(self, pid: int) -> int | None:
+        if not self.alive():           # it cannot tell any more
+            return UNKNOWN_EXIT
+        try:
+            reply, fds = self.request({"op": "status", "pid": pid})
+        except (ConnectionError, OSError, SpecialistError, ValueError):
+            return UNKNOWN_EXIT
+        for fd in fds:
+            os.close(fd)
+        if reply.get("running"):
+            return None
+        rc = reply.get("returncode")
+        return UNKNOWN_EXIT if rc is None else int(rc)
+
+
 class ForkServer:
-    """One zygote per pool, started lazily; thread-safe (requests are serialised).
+    """A zygote per pool, started lazily; thread-safe (requests are serialised).
 
     netns: ask the zygote (when the host is root) to enter empty network and IPC namespaces, which its
     workers inherit. request: {"tools", "stdout_cap", "max_predictor_calls"} of the pool, so the zygote
     builds a request's restricted globals once (worker.prebuild). After start, `ready` holds the zygote's
-    report: {"probe": isolation.probe() as seen
-    by the zygote, "netns": whether it entered the namespaces}."""
+    report: {"probe": isolation.probe() as seen by the zygote, "netns": whether it entered the namespaces}."""
 
     def __init__(self, debug: bool = False, netns: bool = True, request: dict | None = None,
                  seccomp_bpf: bytes | None = None):
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._sock: socket.socket | None = None
+        self._z: _Zygote | None = None
+        self._retired: list[_Zygote] = []
         self._debug = debug
         self._netns = netns
         self._request = request     # the pool's per-request constants: the zygote prebuilds their globals
         self._bpf = base64.b64encode(seccomp_bpf).decode("ascii") if seccomp_bpf else None
         self._closed = False
         self.ready: dict = {}
+        self.rotations = 0
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _start_locked(self) -> None:
         host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 [*interpreter(ZYGOTE_PATH), str(zygote_end.fileno()), RESTRICTED_PYTHON_DIR,
-                 json.dumps({"netns": self._netns, "request": self._request, "seccomp_bpf": self._bpf})],
+                 json.dumps({"netns": self._netns, "request": self._request, "seccomp_bpf": self._bpf,
+                             "host_pid": os.getpid()})],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=None if self._debug else subprocess.DEVNULL, env=scrubbed_env(), cwd="/",
                 pass_fds=(zygote_end.fileno(),), close_fds=True, start_new_session=True)
@@ -88,112 +181,120 @@ class ForkServer:
             raise
         finally:
             zygote_end.close()
-        self._sock = host_end
-        ready, _ = self._reply_locked(STARTUP_TIMEOUT)
+        z = _Zygote(proc, host_end)
+        try:
+            ready, _ = z.reply(STARTUP_TIMEOUT)
+        except BaseException:
+            z.stop()
+            raise
         if ready.get("op") != "ready":
-            self._stop_locked()
+            z.stop()
             raise SpecialistError(f"sandbox fork server failed to start ({ready!r})", "crash")
+        z.ready = ready
+        self._z = z
         self.ready = ready
 
-    def _stop_locked(self) -> None:
-        if self._sock is not None:
-            self._sock.close()        # the zygote exits on EOF
-            self._sock = None
-        if self._proc is not None:
-            try:
-                self._proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
+    def _ensure_started_locked(self) -> _Zygote:
+        """(Re)start the zygote unless it is running: lazily, on prestart, after it died or was rotated."""
+        if self._closed:   # e.g. a background prestart racing the pool's close(): never restart
+            raise SpecialistError("sandbox fork server is closed", "crash")
+        if self._z is None or not self._z.alive():
+            if self._z is not None:
+                self._z.stop()
+                self._z = None
+            self._start_locked()
+        assert self._z is not None
+        return self._z
 
     def start(self) -> None:
-        """Start the zygote now unless it runs (or this server was closed); fork() otherwise starts it
+        """Start the zygote now unless it runs (or this server was closed); spawn() otherwise starts it
         on the first request."""
         with self._lock:
             if not self._closed:
                 self._ensure_started_locked()
 
+    def rotate(self) -> None:
+        """Let the next workers come from a new zygote (fresh address-space layout and string-hash key);
+        the current one retires: it forks nothing more and exits once its last worker has."""
+        with self._lock:
+            if self._z is not None:
+                self._z.retire()
+                self._retired.append(self._z)
+                self._z = None
+                self.rotations += 1
+            self._retired = [z for z in self._retired if z.proc.poll() is None]
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            self._stop_locked()
+            for z in [self._z, *self._retired]:
+                if z is not None:
+                    z.stop()
+            self._z = None
+            self._retired = []
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        z = self._z
+        return z.proc.pid if z is not None else None
 
     # -- requests ----------------------------------------------------------------------------------
-    def _reply_locked(self, timeout: float) -> tuple[dict, list[int]]:
-        assert self._sock is not None
-        r, _, _ = select.select([self._sock], [], [], timeout)
-        if not r:
-            raise SpecialistError(f"sandbox fork server did not answer within {timeout:g}s", "crash")
-        data, fds, _flags, _addr = socket.recv_fds(self._sock, 65536, 1)
-        if not data:
-            for fd in fds:
-                os.close(fd)
-            raise ConnectionError("sandbox fork server exited")
-        return json.loads(data.decode("utf-8")), fds
+    MAX_LOAD = 48_000   # base64 characters of code sent to the zygote in one packet
 
-    def _ensure_started_locked(self) -> None:
-        """(Re)start the zygote unless it is running: lazily, on prestart, or after it died."""
-        if not self._alive_locked():
-            self._stop_locked()
-            self._start_locked()
-
-    def _alive_locked(self) -> bool:
-        return self._sock is not None and self._proc is not None and self._proc.poll() is None
-
-    def _request_locked(self, msg: dict, fds: tuple[int, ...] = ()) -> tuple[dict, list[int]]:
-        if self._closed:   # e.g. a background prestart racing the pool's close(): never restart
-            raise SpecialistError("sandbox fork server is closed", "crash")
-        data = json.dumps(msg).encode("utf-8")
-        self._ensure_started_locked()
-        assert self._sock is not None
-        socket.send_fds(self._sock, [data], list(fds)) if fds else self._sock.send(data)
-        return self._reply_locked(REPLY_TIMEOUT)
-
-    def fork(self, fds: tuple[int, int], cfg: dict) -> "ForkedProcess":
-        """Fork a worker that serves `fds` (its request-read and reply-write ends), confined as `cfg` says."""
-        msg = {"op": "fork", "cfg": cfg}
+    def load(self, source_hash: str, code_b64: str) -> None:
+        """Give the zygote a program's code (compiled and checked here), so workers forked from now on already
+        hold it (the "template" of every request of that program: decoded once, never run by the zygote).
+        Larger programs travel with each request instead."""
+        z = self._z
+        if len(code_b64) > self.MAX_LOAD or (z is not None and source_hash in z.loaded):
+            return                    # (checked first without the lock, which a spawn may hold for a while)
         with self._lock:
+            z = self._z
+            if z is None or not z.alive() or source_hash in z.loaded:
+                return
+            if z.post({"op": "load", "hash": source_hash, "code": code_b64}):
+                z.loaded = (z.loaded + (source_hash,))[-MAX_PROGRAMS:]   # the zygote forgets the oldest alike
+
+    def spawn(self, n: int, cfg: dict) -> list[tuple["ForkedProcess", socket.socket, dict]]:
+        """Fork `n` workers confined as `cfg` says; each comes back as (process, the host's end of its
+        channel, {"pid", "uid", "loaded"}). The workers confine themselves and then wait, ready, for a
+        request; "loaded" names the programs they hold already (`load`)."""
+        with self._lock:
+            z = self._ensure_started_locked()
             try:
-                reply, pidfds = self._request_locked(msg, fds)
+                loaded = frozenset(z.loaded)   # what the zygote holds before this fork
+                reply, fds = z.request(z.spawn_message(n, cfg))
             except (ConnectionError, OSError):   # the zygote died since the last request: restart once
-                self._stop_locked()
-                reply, pidfds = self._request_locked(msg, fds)
-        if reply.get("op") != "forked" or len(pidfds) != 1:
-            for fd in pidfds:
+                z.stop()
+                self._z = None
+                z = self._ensure_started_locked()
+                loaded = frozenset(z.loaded)
+                reply, fds = z.request(z.spawn_message(n, cfg))
+        workers = reply.get("workers") if reply.get("op") == "spawned" else None
+        if not isinstance(workers, list) or len(fds) != 2 * len(workers) or not workers:
+            for fd in fds:
                 os.close(fd)
             raise SpecialistError(f"sandbox fork server could not start a worker ({reply.get('reason')})", "crash")
-        return ForkedProcess(int(reply["pid"]), self, pidfds[0])
+        out = []
+        for i, info in enumerate(workers):
+            proc = ForkedProcess(int(info["pid"]), self, z, fds[2 * i])
+            out.append((proc, socket.socket(fileno=fds[2 * i + 1]), dict(info, loaded=loaded)))
+        return out
 
-    def status(self, pid: int) -> int | None:
-        """A child's return code (Popen's convention: None while it runs); reaps it if it has exited.
-        UNKNOWN_EXIT when the zygote cannot tell (it died, or the child is not its own)."""
+    def status_of(self, z: _Zygote, pid: int) -> int | None:
+        if not z.alive():     # (no need to wait for the lock, which a restart may hold, to learn that)
+            return UNKNOWN_EXIT
         with self._lock:
-            if not self._alive_locked():   # a new zygote would not know this child
-                return UNKNOWN_EXIT
-            try:
-                reply, fds = self._request_locked({"op": "status", "pid": pid})
-            except (ConnectionError, OSError, SpecialistError):
-                return UNKNOWN_EXIT
-            for fd in fds:
-                os.close(fd)
-        if reply.get("running"):
-            return None
-        rc = reply.get("returncode")
-        return UNKNOWN_EXIT if rc is None else int(rc)
+            return z.status(pid)
 
 
 class ForkedProcess:
-    """The subset of `subprocess.Popen` the pool uses, for a worker forked by the zygote."""
+    """The subset of `subprocess.Popen` the pool uses, for a worker forked by a zygote."""
 
-    def __init__(self, pid: int, server: ForkServer, pidfd: int):
+    def __init__(self, pid: int, server: ForkServer, zygote: _Zygote, pidfd: int):
         self.pid = pid
         self.returncode: int | None = None
-        self._server = server
+        self._server, self._zygote = server, zygote
         self._pidfd: int | None = pidfd
 
     def _exited(self, timeout: float) -> bool:
@@ -203,7 +304,7 @@ class ForkedProcess:
         return bool(r)
 
     def _collect(self) -> int:
-        rc = self._server.status(self.pid)     # the pidfd said it exited, so it is not running
+        rc = self._server.status_of(self._zygote, self.pid)   # the pidfd said it exited: not running
         self.returncode = UNKNOWN_EXIT if rc is None else rc
         if self._pidfd is not None:
             os.close(self._pidfd)

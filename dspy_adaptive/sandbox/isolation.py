@@ -38,6 +38,7 @@ NOBODY = 65534
 
 # ------------------------------------------------------------------------------------------ libc
 _libc = None
+_CALLS: dict = {}   # prctl and syscall with their argument types, set up once (the zygote) for every worker
 
 
 def libc():
@@ -45,7 +46,24 @@ def libc():
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.syscall.restype = ctypes.c_long
+        prctl = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                                 ctypes.c_ulong, use_errno=True)(("prctl", _libc))
+        _CALLS["prctl"] = prctl
     return _libc
+
+
+def trim_heap() -> None:
+    """Give free malloc memory back to the kernel (glibc's malloc_trim), so a fork has fewer pages to copy."""
+    try:
+        libc().malloc_trim(0)
+    except (AttributeError, OSError):
+        pass
+
+
+def _prctl(option: int, a: int = 0, b: int = 0, c: int = 0, d: int = 0) -> int:
+    """prctl(2) with plain integers (a forked worker makes these calls: few Python objects touched)."""
+    libc()
+    return _CALLS["prctl"](option, a, b, c, d)
 
 
 def _check(rc: int, what: str) -> int:
@@ -56,11 +74,79 @@ def _check(rc: int, what: str) -> int:
 
 
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int | None) -> bool:
+    """SIGKILL this process when its parent (the zygote) dies; exit now if it already has. Must run after
+    the uid change (which clears the parent-death signal). False where prctl is unavailable."""
+    if not sys.platform.startswith("linux"):
+        return False
+    _check(_prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)), "prctl(PR_SET_PDEATHSIG)")
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+    return True
+
+
+class _SigEvent(ctypes.Structure):
+    _fields_ = [("sigev_value", ctypes.c_void_p), ("sigev_signo", ctypes.c_int), ("sigev_notify", ctypes.c_int),
+                ("_pad", ctypes.c_int * 12)]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _ITimerSpec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+CLOCK_MONOTONIC, SIGEV_SIGNAL = 1, 0
+
+
+_TIMER: dict = {}   # the lifetime timer's C functions and structures, made once (the zygote) for every worker
+
+
+def prepare_timer() -> None:
+    """Look up timer_create/timer_settime and build their arguments now, so a forked worker only fills in a
+    number and makes two calls (fewer Python objects touched after the fork)."""
+    if _TIMER or not sys.platform.startswith("linux"):
+        return
+    try:
+        lib = libc()
+        create, settime = lib.timer_create, lib.timer_settime
+    except (AttributeError, OSError):
+        return
+    sev = _SigEvent(None, int(signal.SIGKILL), SIGEV_SIGNAL)
+    tid, spec = ctypes.c_void_p(0), _ITimerSpec(_Timespec(0, 0), _Timespec(0, 0))
+    _TIMER.update(create=create, settime=settime, sev=ctypes.byref(sev), tid=tid, tid_ref=ctypes.byref(tid),
+                  spec=spec, spec_ref=ctypes.byref(spec), keep=(sev,))
+
+
+def arm_lifetime(seconds: float) -> str:
+    """A wall-clock limit of the process's own: a POSIX timer that sends SIGKILL after `seconds` -- which no
+    signal mask or handler can stop, and which only timer_settime/timer_delete could disarm, system calls
+    seccomp then refuses. Where that timer is unavailable, SIGALRM (default action: terminate) via
+    setitimer. Returns which one was armed."""
+    seconds = max(0.001, float(seconds))
+    prepare_timer()
+    t = _TIMER
+    if t and t["create"](CLOCK_MONOTONIC, t["sev"], t["tid_ref"]) == 0:
+        whole = int(seconds)
+        t["spec"].it_value.tv_sec, t["spec"].it_value.tv_nsec = whole, int((seconds - whole) * 1e9)
+        if t["settime"](t["tid"], 0, t["spec_ref"], None) == 0:
+            return "sigkill-timer"
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    return "sigalrm"
+
+
+_NNP = [False]
 
 
 def no_new_privs() -> None:
-    u = ctypes.c_ulong
-    _check(libc().prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), u(1), u(0), u(0), u(0)), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if not _NNP[0]:
+        _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)")
+        _NNP[0] = True
 
 
 # ------------------------------------------------------------------------------------------ landlock
@@ -108,6 +194,11 @@ def _create_ruleset(abi: int) -> int:
                   "landlock_create_ruleset")
 
 
+def inherited_fds() -> list[int]:
+    """Descriptors a forked worker must keep from the zygote (the prepared Landlock rulesets)."""
+    return list(_RULESET.values())
+
+
 def prepare_landlock(abi: int) -> None:
     """Create the ruleset once (the zygote); each forked worker only restricts itself with it."""
     if abi > 0 and abi not in _RULESET:
@@ -122,7 +213,7 @@ def apply_landlock(abi: int) -> None:
         fd = _create_ruleset(abi)
     try:
         no_new_privs()
-        _check(libc().syscall(_SYS_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)), "landlock_restrict_self")
+        _check(libc().syscall(_SYS_RESTRICT_SELF, fd, 0), "landlock_restrict_self")
     finally:
         os.close(fd)
     for other in list(_RULESET.values()):   # a worker keeps no inherited ruleset descriptor
@@ -200,9 +291,17 @@ def _export_bpf(f) -> bytes | None:
         os.close(r)
 
 
+_FPROG: list = [None]   # the filter as the kernel takes it (struct sock_fprog), built once per process
+
+
 def set_seccomp_program(bpf: bytes | None) -> None:
     """The compiled filter this process (a zygote, or a spawned worker) applies to its workers."""
     _BPF[0] = bpf
+    _FPROG[0] = None
+    if bpf:
+        n = len(bpf) // 8
+        prog = (_SockFilter * n).from_buffer_copy(bpf)
+        _FPROG[0] = (_SockFprog(n, ctypes.cast(prog, ctypes.POINTER(_SockFilter))), prog)
 
 
 PR_GET_SECCOMP, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 21, 22, 2
@@ -212,8 +311,7 @@ def seccomp_kernel_ok() -> bool:
     """The kernel supports seccomp filters (prctl(PR_GET_SECCOMP) answers instead of EINVAL)."""
     if not sys.platform.startswith("linux"):
         return False
-    u = ctypes.c_ulong
-    return libc().prctl(ctypes.c_int(PR_GET_SECCOMP), u(0), u(0), u(0), u(0)) >= 0
+    return _prctl(PR_GET_SECCOMP) >= 0
 
 
 class _SockFilter(ctypes.Structure):
@@ -225,16 +323,10 @@ class _SockFprog(ctypes.Structure):
 
 
 def apply_seccomp() -> None:
-    bpf = _BPF[0]
-    if not bpf:
+    if not _BPF[0] or _FPROG[0] is None:
         raise OSError("no seccomp program was provided to this process")
     no_new_privs()
-    n = len(bpf) // 8
-    prog = (_SockFilter * n).from_buffer_copy(bpf)
-    fprog = _SockFprog(n, ctypes.cast(prog, ctypes.POINTER(_SockFilter)))
-    u = ctypes.c_ulong
-    _check(libc().prctl(ctypes.c_int(PR_SET_SECCOMP), u(SECCOMP_MODE_FILTER), ctypes.byref(fprog), u(0), u(0)),
-           "prctl(PR_SET_SECCOMP)")
+    _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(_FPROG[0][0])), "prctl(PR_SET_SECCOMP)")
 
 
 # ------------------------------------------------------------------------------------------ namespaces
@@ -270,7 +362,8 @@ def probe() -> dict[str, object]:
 
 # ------------------------------------------------------------------------------------------ confine
 def set_rlimits(memory_mb: int, cpu_seconds: int, nofile: int) -> None:
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # writes past RLIMIT_FSIZE raise EFBIG instead
+    if signal.getsignal(signal.SIGXFSZ) is not signal.SIG_IGN:   # (the zygote set it for all its workers)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # writes past RLIMIT_FSIZE raise EFBIG instead
     mem = int(memory_mb) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -287,26 +380,27 @@ def drop_privileges(uid: int) -> None:
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
-    if os.getuid() == 0 or os.geteuid() == 0 or os.getgid() == 0:
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid):   # saved ids too: irreversible
         raise SystemExit("privilege drop failed")
-    try:
-        os.setuid(0)
-    except PermissionError:
-        return
-    raise SystemExit("privilege drop is reversible")
 
 
 def confine(cfg: dict, fds: tuple[int, ...]) -> dict[str, bool]:
     """Apply the layers `cfg["layers"]` selects, in order; return what was applied. A layer that is
-    selected but fails to apply raises: the worker must not serve with less than it was asked for."""
+    selected but fails to apply raises: the worker must not serve with less than it was asked for.
+    Whatever the layers, the worker gets a wall-clock limit of its own (`cfg["lifetime"]`) and, when
+    forked by the zygote (`cfg["parent"]`), dies with it."""
     layers = cfg.get("layers") or {}
     applied = {"rlimits": False, "uid": False, "landlock": False, "seccomp": False}
+    if cfg.get("lifetime"):
+        arm_lifetime(float(cfg["lifetime"]))
     if layers.get("rlimits", True):
         set_rlimits(int(cfg["memory_mb"]), int(cfg.get("cpu_seconds", 30)), max(max(fds) + 1, 8))
         applied["rlimits"] = True
     if layers.get("uid", True) and os.getuid() == 0:
         drop_privileges(int(cfg.get("uid") or NOBODY))
         applied["uid"] = True
+    if cfg.get("parent"):
+        die_with_parent(int(cfg["parent"]))
     if layers.get("landlock", True) and int(cfg.get("landlock_abi", 0)) > 0:
         apply_landlock(int(cfg["landlock_abi"]))
         applied["landlock"] = True

@@ -293,17 +293,51 @@ def check(source: str) -> list[str]:
     return check_and_compile(source)[0]
 
 
+#: How deeply the source's syntax tree may nest (expressions, statements, ...). Real programs stay far
+#: below; the limit makes deep nesting a clear rejection instead of a RecursionError in a visitor.
+MAX_NESTING = 200
+
+
+def _nesting(tree: ast.AST, limit: int) -> int:
+    """The depth of `tree` (iteratively, so any depth is measured), stopping once past `limit`."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                return deepest
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 def check_and_compile(source: str):
     """(reasons, code): `check`'s reasons, and the RestrictedPython code object when there are none
-    (else None). The host compiles each source once here; workers receive this code object."""
+    (else None). The host compiles each source once here; workers receive this code object. Every
+    failure is a rejection with a reason, never an exception (deep nesting included)."""
     if not isinstance(source, str):
         return [f"line 0: source must be a str, got {type(source).__name__}"], None
+    try:
+        return _check_and_compile(source)
+    except (RecursionError, MemoryError) as e:
+        return [f"line 0: the source nests too deeply to be checked ({type(e).__name__}); at most "
+                f"{MAX_NESTING} levels are allowed"], None
+
+
+def _check_and_compile(source: str):
     try:
         tree = ast.parse(source, filename=FILENAME)
     except SyntaxError as e:
         return [f"line {e.lineno or 0}: syntax error: {e.msg}"], None
-    except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
+    except ValueError as e:  # null bytes
         return [f"line 0: source cannot be parsed: {type(e).__name__}: {e}"], None
+    except (RecursionError, MemoryError) as e:  # absurd nesting: Python's parser gives up
+        return [f"line 0: the source nests too deeply to be parsed ({type(e).__name__}); at most {MAX_NESTING} "
+                "levels are allowed"], None
+    depth = _nesting(tree, MAX_NESTING)
+    if depth > MAX_NESTING:
+        return [f"line 0: the source nests more than {MAX_NESTING} levels deep (expressions and statements "
+                "inside one another); split it into smaller steps"], None
     v = _PolicyVisitor()
     v.reasons.extend(_hidden_characters(source))
     v.reasons.extend(_non_ascii_identifiers(source))

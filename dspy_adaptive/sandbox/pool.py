@@ -1,73 +1,61 @@
 """SandboxPool: runs compiled specialists, one fresh confined process per request; thread-safe.
 
-Each `run()` gets a NEW worker, forked from the warm zygote (forkserver.py / zygote.py, ~1-2 ms) or,
-where the platform lacks pidfds, started directly. The worker serves that one request and exits, so
-nothing a request leaves behind (class registries, contexts, finalizers, patched objects) can reach
-another one. At most `max_workers` run at once.
+Each `run()` gets a NEW worker (supply.py): forked from the pool's warm zygote (forkserver.py /
+zygote.py) and fully confined ahead of time, or, where the platform lacks pidfds, started directly.
+The worker serves that one request and is killed, so nothing a request leaves behind (class
+registries, contexts, finalizers, patched objects) can reach another one. At most `max_workers` run
+at once.
 
-The calling thread drives the whole exchange: it sends the request, then waits for worker frames.
-Predictor and tool requests are validated by the host bridge (bridge.py: strict signature grammar,
-declared inputs only, plain JSON, caps) and only then served by `bridge.predict` / `bridge.tool` IN
-THIS THREAD (so `dspy.settings.trace` / `dspy.context` set by the caller apply and DSPy's trace
-records each predictor call). Two clocks bound a call: `timeout` counts the time spent waiting for
-the worker (its own compute), `call_timeout` the whole call including the host's bridge work.
+The calling thread drives the whole exchange (exchange.py) under one deadline: it sends the request,
+then serves the worker's predictor and tool requests, validated by the host bridge (bridge.py), in a
+helper thread carrying the caller's context. `timeout` bounds the time spent waiting for the worker
+(its own compute), `call_timeout` (default: `timeout`) the whole call including the host's bridge work;
+no read or write between host and worker can block past it.
 
-A worker that times out, crashes, exhausts memory or breaks the protocol is SIGKILLed; every worker
-is killed when its request is over. The zygote is stopped on close(), on garbage collection of the
-pool and at interpreter exit (weakref.finalize), and exits by itself if the host dies; workers exit
-on EOF of their request pipe. Workers have no scratch directory: they cannot create files at all.
+A worker that times out, crashes, exhausts memory or breaks the protocol is SIGKILLed and its call
+fails with a SpecialistError; every worker is killed when its request is over. The zygote is stopped
+on close(), on garbage collection of the pool and at interpreter exit (weakref.finalize), and when the
+host process dies it kills every worker before exiting; workers also die with the zygote and have a
+wall-clock limit of their own. Workers have no scratch directory: they cannot create files at all.
 """
 
 from __future__ import annotations
 
 import base64
-import json
-import marshal
 import os
-import random
 import re
 import signal
-import subprocess
 import sys
 import threading
-import time
 import warnings
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from . import forkserver, policy, protocol
+from . import forkserver, protocol
 from . import isolation as oslayers
-from .bridge import (
-    BridgeLimits,
-    BridgeRefused,
-    PredictRequest,
-    ToolRequest,
-    json_size,
-    parse_predict,
-    parse_tool,
-    sandbox_error_text,
-    to_plain,
-)
-from .compiler import CompiledProgram, is_compiled, source_hash
+from .bridge import BridgeLimits, BridgeRefused, PredictRequest, ToolRequest, parse_predict, to_plain
+from .compiler import CompiledProgram, is_compiled
 from .errors import SpecialistError
+from .exchange import CRASH_SIGNALS, CallState, Exchange, LateWorker
 from .layers import Layers
+from .supply import Worker, WorkerSupply
 
-WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 STDOUT_CAP = 65536
 STARTUP_TIMEOUT = 30.0
-NOBODY = 65534
-UID_RANGE = (1 << 30, (1 << 31) - 2)   # per-worker uids (root hosts): unused by any account
 ISOLATION_MODES = ("strict", "warn")
 MAX_OUTPUT_FIELDS = 64
 ALL_LAYERS = Layers()
 DEFAULT_LIMITS = BridgeLimits()
+MAX_IDLE = 60.0            # seconds a prepared worker may wait for its request before it is replaced
+ROTATE_EVERY = 5000        # workers forked from one zygote before a fresh one (new layout, new hash key) takes over
 _OUTPUT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}\Z")
 
 
 class HostBridge(Protocol):
-    """Implemented by the caller (RoutedProgram); runs on the host, in the thread calling run().
-    It only ever sees requests the pool has validated."""
+    """Implemented by the caller (RoutedProgram); runs on the host, in a thread carrying the context of the
+    thread calling run(). It only ever sees requests the pool has validated."""
 
     def predict(self, request: PredictRequest) -> Mapping[str, Any]: ...
 
@@ -76,6 +64,24 @@ class HostBridge(Protocol):
 
 class SandboxIsolationError(RuntimeError):
     """isolation="strict" and this host cannot apply every OS layer."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one worker runs: marshalled code compiled on the host, the class to instantiate, and how.
+    `restricted=False` (full Python, the policy bypassed) exists only for the test doubles of
+    `sandbox.testing`, which test the OS layers alone; the pool never makes such a job itself."""
+
+    code: bytes
+    class_name: str
+    source_hash: str
+    restricted: bool = True
+    describe: bool = False
+    preload: bool = False     # give the code to the zygote (a program compile_program produced)
+
+    @classmethod
+    def of(cls, program: CompiledProgram, describe: bool = False) -> "Job":
+        return cls(program.code, program.class_name, program.source_hash, True, describe, True)
 
 
 @dataclass(frozen=True)
@@ -120,56 +126,12 @@ class IsolationReport:
         return s
 
 
-def _compile_for_test(source: str, checked: bool) -> bytes:
-    """Test-only paths without a CompiledProgram: RestrictedPython's compile without our static policy
-    (checked), or a plain compile with full Python (unchecked). Done here, on the host, like every compile."""
-    if checked:
-        code, errors = policy.restricted_compile(source)
-        if code is None:
-            raise SpecialistError("does not compile: " + "; ".join(errors), "policy")
-    else:
-        code = compile(source, policy.FILENAME, "exec", dont_inherit=True)
-    return marshal.dumps(code)
-
-
 def _debug() -> bool:
     return os.environ.get("DSPY_ADAPTIVE_SANDBOX_DEBUG") == "1"
 
 
-class _Worker:
-    def __init__(self, proc: "subprocess.Popen | forkserver.ForkedProcess", to_fd: int, from_fd: int, uid: int):
-        self.proc, self.to_fd, self.from_fd, self.uid = proc, to_fd, from_fd, uid
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def wait_exit(self, timeout: float) -> int | None:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def finish(self) -> None:
-        """Kill the worker (its request is over) and release everything it held."""
-        for fd in (self.to_fd, self.from_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.to_fd = self.from_fd = -1
-        if isinstance(self.proc, forkserver.ForkedProcess):
-            self.proc.discard()
-        else:
-            try:
-                if self.proc.poll() is None:
-                    self.proc.send_signal(signal.SIGKILL)
-                self.proc.wait(timeout=5)
-            except Exception:  # noqa: BLE001 - pragma: no cover
-                pass
-
-
-def _shutdown(live: set, lock: threading.Lock, server: "forkserver.ForkServer | None") -> None:
+def _shutdown(live: set, lock: threading.Lock, supply: WorkerSupply, server: "forkserver.ForkServer | None") -> None:
+    supply.close()
     with lock:
         ws = list(live)
         live.clear()
@@ -179,26 +141,14 @@ def _shutdown(live: set, lock: threading.Lock, server: "forkserver.ForkServer | 
         server.close()
 
 
-class _CallState:
-    """Bookkeeping of one call: bridge requests served and refused, distinct predictors, clocks."""
-
-    def __init__(self, call_timeout: float):
-        self.deadline = time.monotonic() + call_timeout
-        self.n_pred = self.n_tool = 0
-        self.defs: set[tuple] = set()
-        self.refused: list[str] = []
-        self.limit_hit: str | None = None
-        self.host_exc: BaseException | None = None
-
-
 class SandboxPool:
     """Runs compiled specialists in fresh confined worker processes. See module docstring.
 
     Args:
         max_workers: requests that may run at once.
-        timeout: seconds a request may spend in its worker (compute), bridge time excluded.
-        call_timeout: seconds for the whole call, the host's LM and tool calls included
-            (default: max(600, timeout)).
+        timeout: seconds a request may spend waiting for its worker (its compute); also its CPU limit.
+        call_timeout: seconds for the whole call, the host's LM and tool calls included (default: `timeout`,
+            so by default a call never takes longer than its timeout). Raise it for slow LMs.
         memory_mb: address-space limit of a worker.
         max_output_bytes: size of a worker's outputs and of one bridge request, as JSON.
         max_predictor_calls / max_tool_calls: per request.
@@ -208,13 +158,17 @@ class SandboxPool:
         layers: which OS layers to apply (all by default). Switching layers off is for tests and
             diagnosis; "strict" refuses a pool with layers switched off.
         limits: caps on bridge requests (bridge.BridgeLimits).
+        prepared: workers kept forked, confined and waiting for a request (default: max_workers, at least 2 and
+            at most 8), so a call does not wait for a fork; 0 forks each worker when its call starts.
+        max_idle: seconds a prepared worker may wait for its request; older ones are replaced. Every worker's
+            own wall-clock limit is max_idle + call_timeout + 1 s.
     """
 
     def __init__(self, *, max_workers: int = 4, timeout: float = 30.0, call_timeout: float | None = None,
                  memory_mb: int = 512, max_output_bytes: int = 1_000_000, max_predictor_calls: int = 100,
                  tool_names: Sequence[str] = (), max_tool_calls: int | None = None, recursion_limit: int = 500,
                  start_method: str = "auto", isolation: str = "warn", layers: Layers = ALL_LAYERS,
-                 limits: BridgeLimits = DEFAULT_LIMITS):
+                 limits: BridgeLimits = DEFAULT_LIMITS, prepared: int | None = None, max_idle: float = MAX_IDLE):
         if max_workers < 1:
             raise ValueError("max_workers must be >= 1")
         if start_method not in ("auto", "forkserver", "spawn"):
@@ -223,6 +177,8 @@ class SandboxPool:
             raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
         if start_method == "forkserver" and not forkserver.available():
             raise ValueError("start_method='forkserver' needs Linux >= 5.3 (pidfd); use 'spawn' or 'auto'")
+        if not timeout > 0 or (call_timeout is not None and not call_timeout > 0):
+            raise ValueError(f"timeout and call_timeout must be positive, got {timeout!r} and {call_timeout!r}")
         for t in tool_names:
             if not (isinstance(t, str) and t.isidentifier() and not t.startswith("_")):
                 raise ValueError(f"tool name {t!r} must be a public identifier")
@@ -233,36 +189,42 @@ class SandboxPool:
         self.limits = limits
         self.max_workers = max_workers
         self.timeout = float(timeout)
-        self.call_timeout = float(call_timeout) if call_timeout is not None else max(600.0, self.timeout)
+        self.call_timeout = float(call_timeout) if call_timeout is not None else self.timeout
         self.memory_mb = int(memory_mb)
         self.max_output_bytes = int(max_output_bytes)
         self.max_predictor_calls = int(max_predictor_calls)
         self.max_tool_calls = int(max_predictor_calls if max_tool_calls is None else max_tool_calls)
         self.tool_names = tuple(tool_names)
         self.recursion_limit = int(recursion_limit)
+        self.stdout_cap = STDOUT_CAP
         request = {"tools": list(self.tool_names), "stdout_cap": STDOUT_CAP,
                    "max_predictor_calls": self.max_predictor_calls}
         self._bpf, self._bpf_why = oslayers.compile_seccomp() if layers.seccomp else (None, "switched off")
         self._forkserver = (forkserver.ForkServer(debug=_debug(), netns=layers.netns, request=request,
                                                   seccomp_bpf=self._bpf) if use_fork else None)
+        target = min(max(max_workers, 2), 8) if prepared is None else max(0, int(prepared))
+        self.max_idle = float(max_idle)
+        self._supply = WorkerSupply(self._forkserver, target=target, max_idle=self.max_idle, debug=_debug(),
+                                    rotate_every=ROTATE_EVERY)
         self._slots = threading.BoundedSemaphore(max_workers)
         self._lock = threading.Lock()            # guards _live and counters (shared with the finalizer)
-        self._live: set[_Worker] = set()
-        self._uids: set[int] = set()
+        self._live: set[Worker] = set()
         self._closed = False
         self._report: IsolationReport | None = None
         self._report_lock = threading.Lock()
+        self._cfg_lock = threading.Lock()
         self._warned = False
-        self._counters = dict(calls=0, ok=0, errors=0, timeouts=0, crashes=0, memory=0, spawned=0,
+        self._codes: OrderedDict[str, str] = OrderedDict()   # source hash -> base64 code (the run message's)
+        self._counters = dict(calls=0, ok=0, errors=0, timeouts=0, crashes=0, memory=0, violations=0,
                               predictor_calls=0, tool_calls=0, refused=0)
-        self._finalizer = weakref.finalize(self, _shutdown, self._live, self._lock, self._forkserver)
+        self._finalizer = weakref.finalize(self, _shutdown, self._live, self._lock, self._supply, self._forkserver)
 
     # ------------------------------------------------------------------ public API
     @property
     def stats(self) -> dict[str, int]:
         with self._lock:
             d = dict(self._counters)
-            d.update(workers=len(self._live))
+            d.update(workers=len(self._live), spawned=self._supply.spawned, prepared=self._supply.prepared())
             return d
 
     def worker_pids(self) -> list[int]:
@@ -270,25 +232,24 @@ class SandboxPool:
         with self._lock:
             return [w.pid for w in self._live]
 
-    def prestart(self) -> None:
-        """Start the fork server and measure the isolation in the background, so the first specialist call
-        does not wait for them (a search calls this before its seed validation, which needs no worker). A
-        failure here is left for the first call, which restarts the server and reports."""
-        if self._forkserver is not None and not self._closed:
-            threading.Thread(target=self._prestart, name="sandbox-prestart", daemon=True).start()
+    def prepared_pids(self) -> list[int]:
+        """Pids of the workers prepared for the next requests (confined, waiting; they never ran a request)."""
+        return self._supply.prepared_pids()
 
-    def _prestart(self) -> None:
-        try:
-            self._forkserver.start()
-            if not self._closed:
-                self.isolation_report()
-        except Exception:  # noqa: BLE001 - see prestart()
-            pass
+    def prestart(self) -> None:
+        """Start the fork server, measure the isolation and prepare workers in the background, so the first
+        specialist call waits for none of it (a search calls this before its seed validation, which needs
+        no worker). A failure here is left for the first call, which restarts the server and reports."""
+        if self._forkserver is not None and not self._closed:
+            threading.Thread(target=_prestart, args=(weakref.ref(self),), name="sandbox-prestart",
+                             daemon=True).start()
 
     def warm(self, n: int | None = None) -> None:
-        """Start the fork server now (workers are per request, so there is nothing else to warm)."""
+        """Start the fork server now and begin preparing workers."""
         if self._forkserver is not None:
             self._forkserver.start()
+            self._ensure_cfg()
+            self._supply.prepare()
 
     def isolation_report(self) -> IsolationReport:
         """Which OS layers hold for this pool's workers, measured by starting one (cached). In "strict"
@@ -316,8 +277,7 @@ class SandboxPool:
     def run_detailed(self, program: CompiledProgram, inputs: dict, bridge: HostBridge) -> RunResult:
         if not is_compiled(program):
             raise SpecialistError("program was not produced by compile_program (or fails the policy)", "policy")
-        return self._execute(program.source, program.source_hash, program.class_name, inputs, bridge, True,
-                             program.code)
+        return self._execute(Job.of(program), inputs, bridge)
 
     def describe(self, program: CompiledProgram) -> tuple[PredictRequest, ...]:
         """The predictors `program.__init__` creates, as the requests their calls would make (name, kind,
@@ -327,8 +287,7 @@ class SandboxPool:
         signature grammar, name and size caps); at most `limits.max_predictors` are returned."""
         if not is_compiled(program):
             raise SpecialistError("program was not produced by compile_program (or fails the policy)", "policy")
-        result = self._execute(program.source, program.source_hash, program.class_name, {}, None, True,
-                               program.code, describe=True)
+        result = self._execute(Job.of(program, describe=True), {}, None)
         found = result.outputs.get("predictors")
         if not isinstance(found, list):
             raise SpecialistError("protocol error (no predictor list)", "protocol")
@@ -343,11 +302,6 @@ class SandboxPool:
             except BridgeRefused as e:
                 raise SpecialistError(f"predictor refused: {e}", "policy") from None
         return tuple(out)
-
-    def _run_unchecked(self, source: str, inputs: dict, bridge: HostBridge | None = None,
-                       class_name: str = "Solver") -> RunResult:
-        """TEST ONLY: run source with full builtins (policy bypassed) to test the other layers alone."""
-        return self._execute(source, source_hash(source), class_name, inputs, bridge, False)
 
     def close(self) -> None:
         self._closed = True
@@ -392,89 +346,75 @@ class SandboxPool:
         return IsolationReport(sys.platform, root, self.isolation, requested, available, applied, missing, abi)
 
     def _confirm_layers(self) -> dict[str, bool]:
-        """Start one worker and read the layers it reports applied (then let it go unused)."""
-        w = self._start_worker()
+        """Take one worker and read the layers it reports applied (then let it go unused)."""
         try:
-            ready = protocol.recv(w.from_fd, timeout=STARTUP_TIMEOUT, max_bytes=4096)
-            return {k: bool(v) for k, v in (ready.get("applied") or {}).items()}
+            w = self._take()
         except Exception:  # noqa: BLE001 - a worker that cannot start fails the first real call loudly
+            return {}
+        try:
+            ready = w.ready if w.ready is not None else protocol.recv(w.fd, timeout=STARTUP_TIMEOUT, max_bytes=4096)
+            return {k: bool(v) for k, v in (ready.get("applied") or {}).items()}
+        except Exception:  # noqa: BLE001
             return {}
         finally:
             self._forget(w)
 
     # ------------------------------------------------------------------ workers
-    def _worker_cfg(self, uid: int | None) -> dict:
-        if self._forkserver is not None:
-            probe = self._forkserver.ready.get("probe") or {}
-        else:
-            oslayers.set_seccomp_program(self._bpf)
-            probe = oslayers.probe()
-        cfg = {"memory_mb": self.memory_mb, "recursion_limit": self.recursion_limit,
-               "cpu_seconds": max(1, int(self.timeout + 1)), "uid": uid, "layers": self.layers.to_dict(),
-               "landlock_abi": int(probe.get("landlock_abi") or 0), "seccomp": bool(probe.get("seccomp")),
-               "netns": self.layers.netns}
-        if self._forkserver is None and self._bpf:
-            cfg["seccomp_bpf"] = base64.b64encode(self._bpf).decode("ascii")
-        return cfg
-
-    def _new_uid(self) -> int | None:
-        if not (self.layers.uid and os.getuid() == 0):
-            return None
-        with self._lock:
-            while True:
-                uid = random.randint(*UID_RANGE)
-                if uid not in self._uids:
-                    self._uids.add(uid)
-                    return uid
-
-    def _start_worker(self) -> _Worker:
-        if self._closed:
-            raise RuntimeError("SandboxPool is closed")
-        h2w_r, h2w_w = os.pipe()
-        w2h_r, w2h_w = os.pipe()
-        uid = self._new_uid()
-        try:
+    def _ensure_cfg(self) -> None:
+        """The workers' confinement, once the isolation probe is known (the zygote's, or this process's)."""
+        if self._supply.cfg is not None:
+            return
+        with self._cfg_lock:
+            if self._supply.cfg is not None:
+                return
             if self._forkserver is not None:
                 self._forkserver.start()
-                proc = self._forkserver.fork((h2w_r, w2h_w), self._worker_cfg(uid))
+                probe = self._forkserver.ready.get("probe") or {}
             else:
-                proc = subprocess.Popen(
-                    [*forkserver.interpreter(WORKER_PATH), str(h2w_r), str(w2h_w), json.dumps(self._worker_cfg(uid)),
-                     forkserver.RESTRICTED_PYTHON_DIR],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=None if _debug() else subprocess.DEVNULL, env=forkserver.scrubbed_env(), cwd="/",
-                    pass_fds=(h2w_r, w2h_w), close_fds=True, start_new_session=True)
-        except BaseException:
-            for fd in (h2w_r, h2w_w, w2h_r, w2h_w):
-                os.close(fd)
-            self._release_uid(uid)
-            raise
-        os.close(h2w_r)
-        os.close(w2h_w)
-        w = _Worker(proc, h2w_w, w2h_r, uid if uid is not None else os.getuid())
+                oslayers.set_seccomp_program(self._bpf)
+                probe = oslayers.probe()
+            cfg = {"memory_mb": self.memory_mb, "recursion_limit": self.recursion_limit,
+                   "cpu_seconds": max(1, int(self.timeout + 1)), "layers": self.layers.to_dict(),
+                   "landlock_abi": int(probe.get("landlock_abi") or 0), "seccomp": bool(probe.get("seccomp")),
+                   "netns": self.layers.netns, "lifetime": self.max_idle + self.call_timeout + 1.0}
+            if self._forkserver is None and self._bpf:
+                cfg["seccomp_bpf"] = base64.b64encode(self._bpf).decode("ascii")
+            self._supply.set_cfg(cfg)
+
+    def _take(self) -> Worker:
+        if self._closed:
+            raise RuntimeError("SandboxPool is closed")
+        self._ensure_cfg()
+        w = self._supply.take()
         with self._lock:
             self._live.add(w)
-            self._counters["spawned"] += 1
         return w
 
-    def _release_uid(self, uid: int | None) -> None:
-        if uid is not None:
-            with self._lock:
-                self._uids.discard(uid)
-
-    def _forget(self, w: _Worker) -> None:
+    def _forget(self, w: Worker) -> None:
         w.finish()
         with self._lock:
             self._live.discard(w)
-            self._uids.discard(w.uid)
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:
             self._counters[key] += n
 
     # ------------------------------------------------------------------ one call
-    def _execute(self, source: str, h: str, class_name: str, inputs: dict, bridge, checked: bool,
-                 code: bytes = b"", describe: bool = False) -> RunResult:
+    def _code_b64(self, job: Job) -> str:
+        key = f"{job.source_hash}:{len(job.code)}:{hash(job.code)}"
+        with self._lock:
+            hit = self._codes.get(key)
+            if hit is not None:
+                self._codes.move_to_end(key)
+                return hit
+        text = base64.b64encode(job.code).decode("ascii")
+        with self._lock:
+            self._codes[key] = text
+            while len(self._codes) > 64:
+                self._codes.popitem(last=False)
+        return text
+
+    def _execute(self, job: Job, inputs: Mapping, bridge: HostBridge | None) -> RunResult:
         if self._closed:
             raise RuntimeError("SandboxPool is closed")
         self._count("calls")
@@ -482,29 +422,36 @@ class SandboxPool:
             raise TypeError(f"inputs must be a mapping, got {type(inputs).__name__}")
         if self._report is None:
             self.isolation_report()       # strict mode refuses here, before any specialist code runs
-        msg = {"op": "run", "hash": h, "class_name": class_name, "inputs": to_plain(dict(inputs)),
-               "checked": checked, "tools": list(self.tool_names), "max_predictor_calls": self.max_predictor_calls,
-               "max_output_bytes": self.max_output_bytes, "stdout_cap": STDOUT_CAP}
-        if describe:
+        msg = {"op": "run", "hash": job.source_hash, "class_name": job.class_name, "inputs": to_plain(dict(inputs)),
+               "checked": job.restricted, "tools": list(self.tool_names),
+               "max_predictor_calls": self.max_predictor_calls, "max_output_bytes": self.max_output_bytes,
+               "stdout_cap": STDOUT_CAP, "code": self._code_b64(job)}
+        if job.describe:
             msg["describe"] = True
-        msg["code"] = base64.b64encode(code or _compile_for_test(source, checked)).decode("ascii")
+        if job.preload:
+            msg["preloaded"] = True    # workers forked after the load hold the code: it is left out for them
+        if job.preload and self._forkserver is not None:
+            self._forkserver.load(job.source_hash, msg["code"])   # later workers hold it already
         with self._slots:
-            w = self._start_worker()
-            try:
+            st = CallState(self.timeout, self.call_timeout)
+            for attempt in range(3):
+                w = self._take()
                 try:
-                    protocol.send(w.to_fd, msg)
-                except OSError:
-                    raise self._crash_reason(w) from None
-                result = self._drive(w, bridge)
-                self._count("ok")
-                return result
-            except SpecialistError:
-                self._count("errors")
-                raise
-            finally:
-                self._forget(w)
+                    final = Exchange(self, w, bridge, st).run(msg)
+                    result = self._finish(final, st)
+                    self._count("ok")
+                    return result
+                except LateWorker:
+                    if attempt == 2:
+                        raise SpecialistError("no sandbox worker could be started", "crash") from None
+                except SpecialistError:
+                    self._count("errors")
+                    raise
+                finally:
+                    self._forget(w)
+        raise AssertionError("unreachable")
 
-    def _crash_reason(self, w: _Worker) -> SpecialistError:
+    def _crash_reason(self, w: Worker) -> SpecialistError:
         rc = w.wait_exit(2)
         if rc is not None and rc < 0:
             sig = -rc
@@ -512,6 +459,8 @@ class SandboxPool:
                 self._count("timeouts")
                 return SpecialistError(f"CPU time limit exceeded (RLIMIT_CPU backstop, {self.timeout:g}s budget)",
                                        "timeout")
+            if sig in CRASH_SIGNALS:   # a crash may be a probe of the address space: the next workers get a new one
+                self._supply.rotate()
             self._count("crashes")
             try:
                 name = signal.Signals(sig).name
@@ -521,20 +470,7 @@ class SandboxPool:
         self._count("crashes")
         return SpecialistError(f"worker exited unexpectedly (exit code {rc})", "crash")
 
-    def _recv(self, w: _Worker, budget: float, cap: int) -> dict:
-        try:
-            return protocol.recv(w.from_fd, timeout=budget, max_bytes=cap)
-        except protocol.RecvTimeout:
-            self._count("timeouts")
-            raise SpecialistError(f"timeout after {self.timeout:g}s", "timeout") from None
-        except protocol.ChannelClosed:
-            raise self._crash_reason(w) from None
-        except protocol.FrameTooLarge as e:
-            raise SpecialistError(f"output too large (worker message {e})", "output") from None
-        except Exception as e:  # noqa: BLE001 - undecodable frame
-            raise SpecialistError(f"protocol error ({type(e).__name__})", "protocol") from None
-
-    def _check_ready(self, m: dict, w: _Worker) -> None:
+    def _check_ready(self, m: dict, w: Worker) -> None:
         if m.get("op") != "ready":
             raise SpecialistError("protocol error (worker did not start)", "protocol")
         if os.getuid() == 0 and self.layers.uid and m.get("uid") != w.uid:
@@ -546,41 +482,7 @@ class SandboxPool:
         if missing:
             raise SpecialistError(f"worker did not apply isolation layers {missing}", "crash")
 
-    def _drive(self, w: _Worker, bridge) -> RunResult:
-        st = _CallState(self.call_timeout)
-        spent = 0.0
-        cap = self.max_output_bytes + 4 * STDOUT_CAP + 65536
-        started = False
-        while True:
-            budget = min(self.timeout - spent, st.deadline - time.monotonic())
-            if budget <= 0:
-                self._count("timeouts")
-                raise SpecialistError(f"timeout after {self.timeout:g}s" if spent >= self.timeout else
-                                      f"call timeout after {self.call_timeout:g}s (bridge time included)", "timeout")
-            t0 = time.monotonic()
-            m = self._recv(w, budget, cap)
-            spent += time.monotonic() - t0
-            op = m.get("op")
-            if not started:
-                self._check_ready(m, w)
-                started = True
-                continue
-            if op in ("predict", "tool"):
-                reply = self._serve(bridge, m, st)
-                try:
-                    protocol.send(w.to_fd, reply)
-                except OSError:
-                    raise self._crash_reason(w) from None
-                if time.monotonic() > st.deadline:
-                    self._count("timeouts")
-                    raise SpecialistError(f"call timeout after {self.call_timeout:g}s (bridge time included)",
-                                          "timeout")
-                continue
-            if op not in ("result", "error"):
-                raise SpecialistError("protocol error (unexpected message)", "protocol")
-            return self._finish(m, st, spent)
-
-    def _finish(self, m: dict, st: _CallState, spent: float) -> RunResult:
+    def _finish(self, m: dict, st: CallState) -> RunResult:
         self._count("predictor_calls", st.n_pred)
         self._count("tool_calls", st.n_tool)
         stdout = str(m.get("stdout") or "")[: 2 * STDOUT_CAP]
@@ -597,7 +499,7 @@ class SandboxPool:
                 raise SpecialistError(
                     f"output field names must be plain identifiers (at most {MAX_OUTPUT_FIELDS}); got "
                     f"{len(outputs)} fields{', e.g. ' + repr(bad[0][:40]) if bad else ''}", "output")
-            return RunResult(outputs, stdout, st.n_pred, st.n_tool, spent, tuple(st.refused))
+            return RunResult(outputs, stdout, st.n_pred, st.n_tool, st.spent, tuple(st.refused))
         kind = m.get("kind")
         if kind not in ("exception", "output", "policy", "protocol", "memory"):
             kind = "exception"
@@ -614,64 +516,18 @@ class SandboxPool:
             raise err from st.host_exc
         raise err
 
-    # ------------------------------------------------------------------ bridge requests
-    def _refuse(self, st: _CallState, reason: str) -> dict:
-        st.refused.append(reason)
-        self._count("refused")
-        return {"op": "reply", "ok": False, "error": reason}
 
-    def _limit(self, st: _CallState, reason: str) -> dict:
-        st.limit_hit = st.limit_hit or reason
-        return {"op": "reply", "ok": False, "error": reason, "limit": True}
-
-    def _serve(self, bridge, m: dict, st: _CallState) -> dict:
-        if m.get("op") == "predict":
-            st.n_pred += 1
-            if st.n_pred > self.max_predictor_calls:
-                return self._limit(st, f"predictor call limit ({self.max_predictor_calls}) exceeded")
-            try:
-                req = parse_predict(m, self.limits)
-            except BridgeRefused as e:
-                return self._refuse(st, str(e))
-            st.defs.add(req.key)
-            if len(st.defs) > self.limits.max_predictors:
-                return self._limit(st, f"more than {self.limits.max_predictors} distinct predictors in one call")
-            return self._call(bridge, lambda: self._predict(bridge, req), st, f"predictor {req.name!r}")
-        st.n_tool += 1
-        if st.n_tool > self.max_tool_calls:
-            return self._limit(st, f"tool call limit ({self.max_tool_calls}) exceeded")
-        try:
-            treq = parse_tool(m, self.tool_names, self.limits)
-        except BridgeRefused as e:
-            return self._refuse(st, str(e))
-        return self._call(bridge, lambda: self._tool(bridge, treq), st, f"tool {treq.name!r}")
-
-    def _call(self, bridge, fn, st: _CallState, what: str) -> dict:
-        if bridge is None:
-            return self._refuse(st, f"{what}: no host bridge")
-        if time.monotonic() > st.deadline:
-            return self._limit(st, f"call timeout after {self.call_timeout:g}s (bridge time included)")
-        try:
-            value = fn()
-        except BridgeRefused as e:
-            return self._refuse(st, str(e))
-        except Exception as e:  # noqa: BLE001 - surfaces in the sandbox as dspy.HostError, our words only
-            st.host_exc = e
-            return {"op": "reply", "ok": False, "error": sandbox_error_text(e, what)}
-        return {"op": "reply", "ok": True, "value": value}
-
-    def _predict(self, bridge, req: PredictRequest) -> dict:
-        raw = bridge.predict(req)
-        if not isinstance(raw, Mapping):
-            raise BridgeRefused(f"predictor {req.name!r} produced no fields")
-        names = req.signature.output_names + (("reasoning",) if req.kind == "ChainOfThought" else ())
-        out = to_plain({k: raw[k] for k in names if k in raw})
-        if json_size(out) > self.max_output_bytes:
-            raise BridgeRefused(f"predictor {req.name!r} answered more than {self.max_output_bytes} bytes")
-        return out
-
-    def _tool(self, bridge, req: ToolRequest) -> Any:
-        value = to_plain(bridge.tool(req))
-        if json_size(value) > self.limits.max_result_bytes:
-            raise BridgeRefused(f"tool {req.name!r} returned more than {self.limits.max_result_bytes} bytes")
-        return value
+def _prestart(ref: "weakref.ref[SandboxPool]") -> None:
+    """prestart()'s background work, holding the pool only weakly between steps."""
+    try:
+        pool = ref()
+        if pool is None or pool._closed:
+            return
+        pool._forkserver.start()
+        if not pool._closed:
+            pool.isolation_report()
+        if not pool._closed:
+            pool._ensure_cfg()
+            pool._supply.prepare()
+    except Exception:  # noqa: BLE001 - see prestart()
+        pass

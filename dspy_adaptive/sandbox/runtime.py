@@ -93,6 +93,7 @@ def request_globals(*, rpc: Callable[[dict], tuple[Any, Any]], tool_names: tuple
     b = dict(_SAFE_BUILTINS)
     b["type"] = built["type"]
     b["hasattr"] = built["hasattr"]
+    b["hash"] = built["hash"]
     b["__import__"] = built["import"]
     g = {
         "__builtins__": b,

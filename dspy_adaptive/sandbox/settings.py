@@ -13,8 +13,10 @@ class SandboxSettings:
     """How specialist programs run (see the README's safety model).
 
     Args:
-        timeout: seconds one specialist call may compute in its worker (its LM calls excluded).
-        call_timeout: seconds one specialist call may take in all, its LM and tool calls included.
+        timeout: seconds one specialist call may compute in its worker; also its CPU limit.
+        call_timeout: seconds one specialist call may take in all, its LM and tool calls included (default:
+            `timeout`: a call never takes longer than its timeout). A hard deadline: the call ends then even
+            if one of its LM or tool calls has not (raise it for slow LMs, e.g. thinking models).
         memory_mb: address-space limit of a worker process.
         max_predictor_calls: LM calls one specialist call may make (tool calls: the same number).
         isolation: "warn" (default) runs with the OS isolation this host offers and warns about the
@@ -23,7 +25,7 @@ class SandboxSettings:
     """
 
     timeout: float = 60.0
-    call_timeout: float = 600.0
+    call_timeout: float | None = None
     memory_mb: int = 1024
     max_predictor_calls: int = 100
     isolation: str = "warn"
@@ -33,6 +35,8 @@ class SandboxSettings:
             raise ValueError(f"SandboxSettings.isolation must be 'warn' or 'strict', got {self.isolation!r}")
         for name in ("timeout", "call_timeout"):
             value = getattr(self, name)
+            if name == "call_timeout" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"SandboxSettings.{name} must be a positive number of seconds, got {value!r}")
         for name in ("memory_mb", "max_predictor_calls"):

@@ -110,10 +110,11 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
 
 
 class _Parser:
-    def __init__(self, text: str):
+    def __init__(self, text: str, reserved: frozenset[str] = frozenset()):
         self.text = text
         self.toks = _tokens(text)
         self.i = 0
+        self.reserved = reserved
 
     def peek(self) -> tuple[str, str, int] | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -147,6 +148,9 @@ class _Parser:
                                  "start with '_', at most 64 characters)")
         if name in RESERVED:
             raise SignatureError(f"field name {name!r} is reserved (a Python keyword or a dspy.Signature attribute)")
+        if name in self.reserved:
+            raise SignatureError(f"field name {name!r} is reserved: DSPy's predictors take {name!r} as an argument "
+                                 "of their own; rename the field")
         tok = self.peek()
         if tok is not None and tok[1] == ":":
             self.take(":")
@@ -222,15 +226,16 @@ class _Parser:
         raise SignatureError(f"Literal values are quoted strings or integers (position {pos})")
 
 
-def parse_signature(text: Any) -> ParsedSignature:
-    """Parse `text` with the strict grammar above, or raise SignatureError saying why. Nothing is evaluated."""
+def parse_signature(text: Any, reserved: frozenset[str] = frozenset()) -> ParsedSignature:
+    """Parse `text` with the strict grammar above, or raise SignatureError saying why. Nothing is evaluated.
+    `reserved`: further names no field may take (the bridge passes DSPy's own predictor arguments)."""
     if not isinstance(text, str):
         raise SignatureError(f"a signature is text, got {type(text).__name__}")
     if len(text) > MAX_SIGNATURE_CHARS:
         raise SignatureError(f"signature is {len(text)} characters long (at most {MAX_SIGNATURE_CHARS})")
     if text.count("->") != 1:
         raise SignatureError(f"signature {_clip(text)!r} must contain exactly one '->'")
-    p = _Parser(text)
+    p = _Parser(text, reserved)
     inputs = p.fields("->")
     p.take("->")
     outputs = p.fields(None)
@@ -245,3 +250,47 @@ def parse_signature(text: Any) -> ParsedSignature:
     if dup:
         raise SignatureError(f"field names must be distinct; repeated: {', '.join(dup[:5])}")
     return ParsedSignature(tuple(inputs), tuple(outputs))
+
+
+# ------------------------------------------------------------------------------------------ values
+def conforms(value: Any, typ: Any) -> bool:
+    """Whether a plain JSON value fits a type this grammar builds (as DSPy's own input check reads it, with
+    two allowances for JSON: an integer fits `float`, and a list of strings fits `str`, as DSPy accepts)."""
+    if typ is typing.Any:
+        return True
+    if typ is type(None) or typ is None:
+        return value is None
+    if typ is str:
+        return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    if typ is bool:
+        return isinstance(value, bool)
+    if typ is int:
+        return isinstance(value, int)
+    if typ is float:
+        return isinstance(value, (int, float))
+    if typ is list:
+        return isinstance(value, list)
+    if typ is dict:
+        return isinstance(value, dict)
+    origin, args = typing.get_origin(typ), typing.get_args(typ)
+    if origin is typing.Union:
+        return any(conforms(value, a) for a in args)
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if origin is list:
+        return isinstance(value, list) and all(conforms(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(isinstance(k, str) and conforms(v, args[1]) for k, v in value.items())
+    return False
+
+
+def describe_value(value: Any) -> str:
+    """A value's JSON kind, for messages (never the value itself)."""
+    if value is None:
+        return "null"
+    for t, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "text"),
+                    (list, "a list"), (dict, "an object")):
+        if isinstance(value, t):
+            return name
+    return type(value).__name__
+

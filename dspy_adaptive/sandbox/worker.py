@@ -1,22 +1,24 @@
 """Sandbox worker: one process serves exactly ONE request, then exits.
 
 Normally forked from the warm zygote (zygote.py), which has already imported everything a request
-can need and built the clean room; started directly (`python -I -S -B worker.py <in_fd> <out_fd>
-<config-json> <restricted-python-dir>`, `SandboxPool(start_method="spawn")`) it does that itself.
+can need and built the clean room, ahead of the request it will serve; started directly (`python -I
+-S -B worker.py <fd> <config-json> <restricted-python-dir>`, `SandboxPool(start_method="spawn")`) it
+does that itself.
 
 Start-up, in order, before any specialist code can run:
 1. the process has the scrubbed environment (PATH + LANG), cwd "/", stdin/stdout/stderr on
-   /dev/null, only its two protocol pipes, a session of its own (`-I -S -B`: no user site, no .pth
+   /dev/null, only its one protocol socket, a session of its own (`-I -S -B`: no user site, no .pth
    files, no PYTHON* variables, no .pyc writes);
 2. everything is pre-imported (after confinement no file can be opened, so a late import fails --
    that is a feature);
-3. `isolation.confine`: rlimits, uid of its own (root hosts), Landlock, seccomp -- each selected
-   layer applied or the worker refuses to serve.
-Then: send "ready" (uid, applied layers), receive the one "run", execute it with a fresh restricted
-namespace (runtime.request_globals), run the garbage collector INSIDE the request's time (so a slow
-finalizer is charged to the request that made it), reply, and `os._exit`. Nothing the request
-created -- class registries, decimal contexts, finalizers, patched objects -- can reach another
-request, because no other request ever runs in this process.
+3. `isolation.confine`: a wall-clock limit of its own, rlimits, uid of its own (root hosts), a
+   parent-death signal, Landlock, seccomp -- each selected layer applied or the worker refuses to serve.
+Then: send "ready" (uid, applied layers), receive the one "run", shift its allocations and key its
+`hash()` at random (`scramble`), execute the request with the restricted namespace (runtime.request_globals),
+run the garbage collector INSIDE the request's time (so a slow finalizer is charged to the request that
+made it), reply, and `os._exit`. Nothing the request created -- class registries, decimal contexts,
+finalizers, patched objects -- can reach another request, because no other request ever runs in this
+process. If the channel to the host fails in any way mid-request, the worker exits at once.
 """
 
 from __future__ import annotations
@@ -26,14 +28,17 @@ import sys
 
 # -I removes the script directory from sys.path; add it back for our standalone modules.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-if __name__ == "__main__" and len(sys.argv) > 4:
-    sys.path.append(sys.argv[4])  # started with -S: RestrictedPython's directory, from the host
+if __name__ == "__main__" and len(sys.argv) > 3:
+    sys.path.append(sys.argv[3])  # started with -S: RestrictedPython's directory, from the host
 
 import base64  # noqa: E402
 import builtins  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import marshal  # noqa: E402
+import mmap  # noqa: E402
+import random  # noqa: E402
+import signal  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
 
@@ -84,8 +89,11 @@ def preimport(request_cfg: dict | None = None) -> None:
     datetime.datetime(2020, 1, 1).strftime("%Y-%m-%d %H:%M %a %b %Z")
     time.localtime()                      # reads the zone file now, not in a confined worker
     isolation.prepare_landlock(isolation.landlock_abi())
+    isolation.prepare_timer()
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # inherited by every worker (see isolation.set_rlimits)
     gc.collect()
     gc.freeze()   # what is loaded now is permanent: a worker's collector scans only its request's objects
+    isolation.trim_heap()   # free heap pages back to the kernel: fewer pages for every fork to copy
 
 
 def _load_code(data) -> types.CodeType:
@@ -98,12 +106,33 @@ def _load_code(data) -> types.CodeType:
     return code
 
 
+PROGRAMS: dict = {}      # source hash -> code object, loaded into the zygote ahead of requests (load_program)
+_HASH_KEY: list = []     # this worker's hash() key, drawn before its request arrives (scramble)
+
+
+def load_program(source_hash: str, data: str) -> bool:
+    """In the zygote: keep a program's code object (compiled and checked on the host), so workers forked
+    afterwards need not be sent or decode it. Never executed here."""
+    try:
+        code = _load_code(data)
+    except Failure:
+        code = None     # kept as a gap, so the host's count of what is held stays right: requests then carry it
+    PROGRAMS[str(source_hash)] = code
+    while len(PROGRAMS) > 64:       # forkserver.MAX_PROGRAMS: the host forgets the same ones
+        PROGRAMS.pop(next(iter(PROGRAMS)))
+    return True
+
+
 def _get_code(msg: dict):
     """The request's code object, compiled on the host (the policy's RestrictedPython compile, or a plain
-    compile on the test-only unchecked path): a worker never compiles, so it never loads a compiler."""
-    if msg.get("code") is None:
+    compile on the test-only unchecked path): sent with the request, or loaded into the zygote before this
+    worker was forked. A worker never compiles, so it never loads a compiler."""
+    if msg.get("code") is not None:
+        return _load_code(msg["code"])
+    code = PROGRAMS.get(msg.get("hash"))
+    if code is None:
         raise Failure("protocol", "no program sent")
-    return _load_code(msg["code"])
+    return code
 
 
 def _line_of(exc: BaseException) -> int | None:
@@ -132,22 +161,28 @@ def _describe(exc: BaseException) -> str:
 
 
 def make_rpc(chan: tuple[int, int], max_bytes: int):
-    """rpc(payload) -> (ok, value): one request to the host and its reply. ok is True, False or "limit"."""
+    """rpc(payload) -> (ok, value): one request to the host and its reply. ok is True, False or "limit".
+
+    Anything that goes wrong on the channel itself -- the host gone, a reply cut short, a MemoryError while
+    reading it -- ends this process at once: a worker that lost its place in the exchange must not go on
+    sending requests whose replies it will never read."""
     def rpc(payload: dict):
         try:
             data = protocol.encode(payload, max_bytes, default=str)   # the sandbox's own objects, as text
         except protocol.FrameTooLarge as e:
             return False, f"arguments too large ({e})"
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             return False, "arguments must be plain JSON values (text, numbers, booleans, None, lists, dicts)"
         try:
             protocol.send_bytes(chan[1], data)
             reply = protocol.recv(chan[0])
-        except (protocol.ChannelClosed, OSError):
-            os._exit(3)   # the host went away or gave up on this request
-        if reply.get("ok"):
-            return True, reply.get("value")
-        return ("limit" if reply.get("limit") else False), str(reply.get("error") or "host error")
+            ok, limit = reply.get("ok"), reply.get("limit")
+            value = reply.get("value") if ok else str(reply.get("error") or "host error")
+        except BaseException:  # noqa: BLE001 - see above
+            os._exit(3)
+        if ok:
+            return True, value
+        return ("limit" if limit else False), value
     return rpc
 
 
@@ -164,6 +199,7 @@ def execute(msg: dict, chan: tuple[int, int], built: dict) -> dict:
         g, internals = runtime.request_globals(rpc=rpc, tool_names=key[0], stdout_cap=key[1],
                                                max_predictor_calls=key[2])
     built.update(internals)
+    internals["hash_key"][:] = _HASH_KEY or _new_hash_key()   # the request's own hash() key (cleanroom.keyed_hash)
     if not msg.get("checked", True):   # test-only: policy bypassed, full builtins -- the OS layers alone
         g = {"__builtins__": builtins, "__name__": runtime.SANDBOX_MODULE, "dspy": built["dspy"], **built["tools"]}
     shim = built["shim"]
@@ -197,11 +233,15 @@ def execute(msg: dict, chan: tuple[int, int], built: dict) -> dict:
 
 
 def serve_one(in_fd: int, out_fd: int, applied: dict) -> None:
-    """Serve the one request of this process, then exit."""
-    protocol.send(out_fd, {"op": "ready", "uid": os.getuid(), "pid": os.getpid(), "applied": applied})
+    """Serve the one request of this process, then exit. (`in_fd` and `out_fd` are the same socket.)"""
+    if "noscramble" not in XX[0]:
+        scramble()
+    flags = ",".join('"%s":%s' % (k, "true" if v else "false") for k, v in applied.items())
+    body = ('{"op":"ready","uid":%d,"pid":%d,"applied":{%s}}' % (os.getuid(), os.getpid(), flags)).encode()
+    protocol.send_bytes(out_fd, protocol.HEADER.pack(len(body)) + body)   # (json untouched: fewer pages written)
     try:
         msg = protocol.recv(in_fd)
-    except (protocol.ChannelClosed, OSError, ValueError):
+    except BaseException:  # noqa: BLE001 - the host went away or sent garbage: nothing to serve
         os._exit(0)
     if msg.get("op") != "run":
         os._exit(0)
@@ -232,25 +272,58 @@ def serve_one(in_fd: int, out_fd: int, applied: dict) -> None:
     os._exit(0)
 
 
-def start(cfg: dict, fds: tuple[int, int]) -> None:
+XX = [""]
+_KEEP: list = []   # the scramble's allocations, alive until the process exits
+
+
+def _new_hash_key() -> list[int]:
+    key = os.urandom(16)
+    return [int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little") | 1]
+
+
+def scramble() -> None:
+    """Make this request's object addresses and hash() values differ from every other request's: every
+    worker is forked from the same zygote image, so without this the n-th object a request allocates sits
+    at the same address in each of them (and `id()` would say so). A random number of allocations in each
+    small-object size class shifts where the request's own objects land, and a random-sized (untouched)
+    mapping shifts large ones; the sandbox's hash() gets a key of its own. Done before the request arrives;
+    the randomness comes from the kernel (getrandom)."""
+    _HASH_KEY[:] = _new_hash_key()
+    r = os.urandom(34)
+    random.seed(os.urandom(32))   # and a fresh state for `random` (a forked process starts with its parent's)
+    keep = [object() for _ in range(r[0])]                       # 16-byte blocks (0-255 of them)
+    keep += [float(i) for i in range(r[1])]                      # 32-byte blocks
+    for c in range(3, 33):                                       # 48 ... 512-byte blocks (bytes: 33 + n)
+        keep += [bytes(16 * c - 33) for _ in range(r[c] & (255 if c < 5 else 15))]
+    _KEEP.append(keep)
+    _KEEP.append(mmap.mmap(-1, 4096 * (1 + (r[2] << 8 | r[33]) % 512)))   # never touched: costs no memory
+
+
+def start(cfg: dict, fd: int) -> None:
     """In a fresh (forked or spawned) process: confine, then serve the one request. Never returns."""
     code = 1
+    X = cfg.get("X", "")
+    XX[0] = X
+    if "exit0" in X:
+        os._exit(0)
     try:
-        applied = isolation.confine(cfg, fds)
+        applied = isolation.confine(cfg, (fd,)) if "noconfine" not in X else {}
+        if "exit1" in X:
+            os._exit(0)
         sys.setrecursionlimit(int(cfg.get("recursion_limit", 500)))
-        serve_one(fds[0], fds[1], applied)
+        serve_one(fd, fd, applied)
         code = 0
     finally:
         os._exit(code)
 
 
 def main(argv: list[str]) -> None:
-    in_fd, out_fd, cfg = int(argv[1]), int(argv[2]), json.loads(argv[3])
+    fd, cfg = int(argv[1]), json.loads(argv[2])
     isolation.set_seccomp_program(base64.b64decode(cfg["seccomp_bpf"]) if cfg.get("seccomp_bpf") else None)
     preimport()
     if cfg.get("netns") and os.getuid() == 0:
         isolation.enter_empty_netns()
-    start(cfg, (in_fd, out_fd))
+    start(cfg, fd)
 
 
 if __name__ == "__main__":

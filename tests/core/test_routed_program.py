@@ -173,3 +173,33 @@ def test_export_writes_readable_files(tmp_path):
     assert (out / "slot_2" / "profile").read_text().strip() == "deep"
     assert (out / "slot_1" / "description.txt").read_text().strip() == "INACTIVE"
     assert Library.from_json((out / "library.json").read_text()) == rp.library
+
+
+DEEP = ("class Deep(dspy.Module):\n    def forward(self, question):\n        y = " + "1+" * 5000 + "1\n"
+        "        return dspy.Prediction(answer=str(y))\n")
+
+
+@pytest.mark.parametrize("source", [DEEP, DEEP.replace("1+" * 5000, "1+" * 250)])
+def test_a_source_that_nests_too_deeply_is_a_clean_rejection_and_routes_to_the_fallback(lm, source):
+    """Deep nesting used to raise RecursionError in the policy's visitor, out of routed(...), on every request
+    sent to that slot; now it is a rejection with a reason, and the request is served by the fallback."""
+    rp = RoutedProgram(dspy.Predict("question -> answer"), library((1, source, "fast")), fast_lm=lm, deep_lm=lm)
+    for _ in range(2):
+        pred = rp(question="q")
+        r = route_of(pred)
+        assert (r.selected, r.executed) == (1, 0) and "nests" in r.fallback_reason
+        assert pred.answer == "fallback:q"
+
+
+def test_a_routed_request_does_not_parse_the_specialist_source_again(lm, monkeypatch):
+    import ast
+
+    big = TWO_STEP + "".join(f"\nHELPER_{i} = {i}\n" for i in range(2000))
+    rp = RoutedProgram(dspy.Predict("question -> answer"), library((1, big, "fast")), fast_lm=lm, deep_lm=lm)
+    rp(question="warm-up")
+    parses = []
+    real_parse = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda src, *a, **k: parses.append(len(src)) or real_parse(src, *a, **k))
+    for _ in range(3):
+        assert rp(question="again").answer.endswith("!")
+    assert [n for n in parses if n >= len(big)] == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hardening.bad_inputs import BAD_RETURNS, CASES, run_case, run_metric_faults
+from benchmarks.hardening.bad_inputs import BAD_RETURNS, CASES, run_case, run_metric_faults
 
 
 def test_enough_cases():

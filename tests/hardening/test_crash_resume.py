@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hardening.crash_resume import POINTS, crash_and_resume, reference
+from benchmarks.hardening.crash_resume import POINTS, crash_and_resume, reference
 
 
 @pytest.fixture(scope="module")

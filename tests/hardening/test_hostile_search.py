@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hardening.hostile_search import corpus, run_hostile_search
+from benchmarks.hardening.hostile_search import corpus, run_hostile_search
 
 
 @pytest.fixture(scope="module")

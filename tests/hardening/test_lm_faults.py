@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from tests.hardening.lm_faults import RAISE_KINDS, run_with_faults
+from benchmarks.hardening.lm_faults import RAISE_KINDS, run_with_faults
 
 CONFIGS = {"10%": dict(rate=0.1, num_retries=3), "35%-1-retry": dict(rate=0.35, num_retries=1)}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hardening.red_team import run_red_team
+from benchmarks.hardening.red_team import run_red_team
 
 
 @pytest.fixture(scope="module")

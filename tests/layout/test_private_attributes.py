@@ -3,7 +3,9 @@ and state is changed through public methods, so no object is wired from outside 
 
 An assignment `x._name = ...` (or `setattr(x, "_name", ...)`) with `x` other than `self`/`cls` is allowed only
 in the module that owns `_name` -- the one whose classes set `self._name` (a class copying its own instances,
-as `RoutedProgram.with_library` does). `_compiled` is DSPy's own public convention for a frozen module."""
+as `RoutedProgram.with_library` does). `_compiled` is DSPy's own public convention for a frozen module. The red
+team's harness (benchmarks/hardening) is exempt like tests are: it patches what it attacks and measures (DSPy's
+retry delay, a fault engine's draw) on purpose."""
 
 from __future__ import annotations
 
@@ -56,6 +58,8 @@ def test_no_module_assigns_another_modules_private_attribute():
     found = []
     for root in ("dspy_adaptive", "benchmarks"):
         for path in sorted((REPO / root).rglob("*.py")):
+            if path.is_relative_to(REPO / "benchmarks" / "hardening"):
+                continue
             found += violations(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))
     assert found == []
 

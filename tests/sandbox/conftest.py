@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from sandbox_helpers import SECRET, FakeBridge
+from benchmarks.hardening.attacks import SECRET
+from dspy_adaptive.sandbox.testing import FakeBridge
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -9,14 +9,15 @@ request must never reach the LM.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import warnings
 
 import dspy
 import pytest
-from sandbox_helpers import SECRET, FakeBridge, unchecked
 
+from benchmarks.hardening.attacks import ATTACK_FRAMES, RAW, SECRET
 from dspy_adaptive import Library, RoutedProgram, Slot
 from dspy_adaptive.sandbox import BridgeLimits, BridgeRefused, Layers, PredictorCache, SandboxPool, SpecialistError
 from dspy_adaptive.sandbox.bridge import (
@@ -28,6 +29,7 @@ from dspy_adaptive.sandbox.bridge import (
     sandbox_error_text,
 )
 from dspy_adaptive.sandbox.signature import SignatureError, parse_signature
+from dspy_adaptive.sandbox.testing import FakeBridge, run_unchecked, unchecked
 from dspy_adaptive.testing import scripted_lm
 
 
@@ -137,46 +139,6 @@ def test_predictor_cache_is_bounded():
 
 
 # ----------------------------------------------------------------------------------------- the bridge alone
-RAW = '''
-import json, struct
-f = sys._getframe()
-while f is not None and "out_fd" not in f.f_locals:
-    f = f.f_back
-rfd, wfd = f.f_locals["in_fd"], f.f_locals["out_fd"]
-def call(msg):
-    data = json.dumps(msg).encode()
-    os.write(wfd, struct.pack(">I", len(data)) + data)
-    head = b""
-    while len(head) < 4:
-        head += os.read(rfd, 4 - len(head))
-    n = struct.unpack(">I", head)[0]
-    body = b""
-    while len(body) < n:
-        body += os.read(rfd, n - len(body))
-    return json.loads(body)
-replies = [call(m) for m in MESSAGES]
-return dspy.Prediction(replies=replies)
-'''
-
-ATTACK_FRAMES = [
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q: os.environ -> a", "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q: row.example -> a", "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q -> a",
-     "inputs": {"q": "x", "config": {"api_base": "http://127.0.0.1:9", "n": 25}}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q -> " + ", ".join(f"f{i}" for i in range(8000)),
-     "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p" * 100_000, "kind": "Predict", "signature": "q -> a", "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Eval", "signature": "q -> a", "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": {"q": "os.environ"}, "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q -> a", "instructions": "x" * 900_000,
-     "inputs": {"q": "x"}},
-    {"op": "predict", "name": "p", "kind": "Predict", "signature": "q -> a",
-     "inputs": {**{f"k{i}": "v" for i in range(20_000)}, "q": "x"}},
-    {"op": "tool", "name": "open", "kwargs": {"file": "/etc/passwd"}},
-    {"op": "tool", "name": "search", "kwargs": {"query": "x", "__class__": 1}},
-]
-
-
 def test_the_bridge_alone_refuses_raw_frames_and_spends_nothing():
     """No policy, no RestrictedPython, no OS layer: the worker writes frames of its choosing, and the
     only thing between it and the host is the bridge."""
@@ -186,7 +148,7 @@ def test_the_bridge_alone_refuses_raw_frames_and_spends_nothing():
         warnings.simplefilter("ignore", RuntimeWarning)
         with SandboxPool(max_workers=1, timeout=10, tool_names=("search",), layers=Layers.none()) as p:
             cpu0 = time.process_time()
-            res = p._run_unchecked(src, {}, bridge)
+            res = run_unchecked(p, src, {}, bridge)
             host_cpu = time.process_time() - cpu0
     replies = res.outputs["replies"]
     assert len(replies) == len(ATTACK_FRAMES)
@@ -206,7 +168,7 @@ def test_the_bridge_alone_caps_distinct_predictors_per_call():
         warnings.simplefilter("ignore", RuntimeWarning)
         with SandboxPool(max_workers=1, timeout=10, layers=Layers.none()) as p:
             with pytest.raises(SpecialistError) as ei:
-                p._run_unchecked(unchecked(RAW.replace("MESSAGES", repr(frames))), {}, bridge)
+                run_unchecked(p, unchecked(RAW.replace("MESSAGES", repr(frames))), {}, bridge)
     assert ei.value.kind == "predictor_limit" and "distinct predictors" in ei.value.reason
     assert len(bridge.calls) == BridgeLimits().max_predictors
 
@@ -257,3 +219,84 @@ def test_an_honest_specialist_still_works_end_to_end():
             assert routed(question="6*7?").answer == 42
     finally:
         routed.sandbox.close()
+
+
+# ----------------------------------------------------------------------------------------- declared shapes
+def test_reserved_field_names_are_read_from_dspy_itself():
+    from dspy_adaptive.sandbox.reserved import FALLBACK, derived, predictor_arguments
+
+    found = derived()   # from DSPy's own source: the arguments its predictor calls consume or bind
+    assert {"config", "demos", "prediction", "lm", "signature", "new_signature", "self", "completions"} <= found
+    assert found <= predictor_arguments() and FALLBACK <= predictor_arguments()
+
+
+@pytest.mark.parametrize("field", ["config", "demos", "prediction", "lm", "signature", "self", "completions",
+                                   "callbacks", "instance", "new_signature"])
+@pytest.mark.parametrize("side", ["input", "output"])
+def test_a_field_named_after_a_dspy_predictor_argument_is_refused(field, side):
+    sig = f"q, {field} -> a" if side == "input" else f"q -> a, {field}"
+    with pytest.raises(BridgeRefused, match="reserved"):
+        parse_predict(req(signature=sig, inputs={"q": "hi"}))
+
+
+@pytest.mark.parametrize("signature, value", [
+    ("q: int -> a", "x" * 1000), ("q: int -> a", 1.5), ("q: int -> a", [1]), ("q: float -> a", "1.5"),
+    ("q: bool -> a", 1), ("q: list[int] -> a", ["1"]), ("q: dict[str, int] -> a", {"k": "v"}),
+    ("q: Literal['yes', 'no'] -> a", "maybe"), ("q: str -> a", {"k": "v"}), ("q: str -> a", [1, 2]),
+    ("q: Optional[int] -> a", "1"), ("q: list[str] -> a", "text"),
+])
+def test_values_that_do_not_fit_their_declared_type_are_refused(signature, value):
+    with pytest.raises(BridgeRefused, match="is declared .* but got") as ei:
+        parse_predict(req(signature=signature, inputs={"q": value}))
+    assert "x" * 100 not in str(ei.value)             # the message names the kinds, never the value
+
+
+@pytest.mark.parametrize("signature, value, sent", [
+    ("q: int -> a", 3, 3), ("q: float -> a", 2, 2), ("q: Optional[int] -> a", None, None),
+    ("q: str -> a", ["p1", "p2"], ["p1", "p2"]), ("q: str -> a", 7, "7"), ("q: str -> a", True, "true"),
+    ("q: Literal['yes', 'no'] -> a", "no", "no"), ("q: Any -> a", {"k": [1]}, {"k": [1]}),
+    ("q: dict[str, list[float]] -> a", {"k": [1, 2.5]}, {"k": [1, 2.5]}), ("q: int | None -> a", None, None),
+])
+def test_values_that_fit_are_served(signature, value, sent):
+    assert parse_predict(req(signature=signature, inputs={"q": value})).inputs == {"q": sent}
+
+
+def test_a_declared_config_field_never_reaches_dspy_as_config_end_to_end(caplog):
+    """The issue's attack: `config` declared as an input field was consumed by dspy.Predict (26 LM calls for
+    one); `demos` went into the prompt. Refused now -- the LM sees only the router's call."""
+    lm = scripted()
+    source = ("class Solver(dspy.Module):\n    def __init__(self):\n        super().__init__()\n"
+              "        self.p = dspy.Predict('question, config, demos -> answer')\n\n"
+              "    def forward(self, question):\n"
+              "        demos = [{'question': 'x', 'answer': 'INJECTED'}]\n"
+              "        out = self.p(question=question, config={'n': 25}, demos=demos)\n"
+              "        return dspy.Prediction(answer=str(out.answer))\n")
+    routed = routed_with(source, lm)
+    try:
+        with dspy.context(lm=lm), pytest.raises(Exception, match="HostError"):
+            routed(question="q")
+    finally:
+        routed.sandbox.close()
+    assert len(lm.scripted.prompts()) == 1 and "INJECTED" not in "".join(lm.scripted.prompts())
+
+
+def test_a_huge_value_of_the_wrong_type_leaves_no_trace_in_the_host_log(caplog):
+    """DSPy's type-mismatch warning logged the whole value (25 MB of log per request); now the value is
+    refused before DSPy sees it, and any record made while serving a specialist is bounded anyway."""
+    lm = scripted()
+    source = ("class Solver(dspy.Module):\n    def __init__(self):\n        super().__init__()\n"
+              "        self.p = dspy.Predict('question, count: int -> answer')\n\n"
+              "    def forward(self, question):\n"
+              "        for i in range(5):\n"
+              "            try:\n"
+              "                self.p(question=question, count='9' * 200000)\n"
+              "            except dspy.HostError:\n"
+              "                pass\n"
+              "        return dspy.Prediction(answer=str(self.p(question=question, count=3).answer))\n")
+    routed = routed_with(source, lm)
+    try:
+        with caplog.at_level(logging.DEBUG), dspy.context(lm=lm):
+            assert routed(question="q").answer == "42"
+    finally:
+        routed.sandbox.close()
+    assert sum(len(r.getMessage()) for r in caplog.records) < 20_000

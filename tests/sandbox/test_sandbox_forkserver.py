@@ -9,9 +9,10 @@ import signal
 import time
 
 import pytest
-from sandbox_helpers import SECRET, FakeBridge, unchecked
 
+from benchmarks.hardening.attacks import SECRET
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program, forkserver
+from dspy_adaptive.sandbox.testing import FakeBridge, run_unchecked, unchecked
 
 pytestmark = pytest.mark.skipif(not forkserver.available(), reason="fork server needs Linux pidfds")
 
@@ -36,7 +37,7 @@ TRIVIAL = compile_program(
 def _probe(method: str) -> dict:
     with SandboxPool(max_workers=1, timeout=5, memory_mb=256, start_method=method) as p:
         assert p.start_method == method
-        return p._run_unchecked(PROBE, {}).outputs
+        return run_unchecked(p, PROBE, {}).outputs
 
 
 def test_forked_worker_is_confined_like_a_spawned_one():
@@ -54,7 +55,7 @@ def test_forked_worker_is_confined_like_a_spawned_one():
 
 def test_every_request_gets_a_new_process_with_its_own_uid():
     with SandboxPool(max_workers=2, timeout=5) as p:
-        outs = [p._run_unchecked(PROBE, {}).outputs for _ in range(4)]
+        outs = [run_unchecked(p, PROBE, {}).outputs for _ in range(4)]
         assert len({o["pid"] for o in outs}) == 4
         if os.getuid() == 0:
             assert len({o["uid"] for o in outs}) == 4
@@ -98,7 +99,7 @@ def test_zygote_environment_is_scrubbed_and_its_network_is_empty():
 def test_exit_status_travels_back_through_the_zygote(body, expected):
     with SandboxPool(max_workers=1, timeout=5) as p:
         with pytest.raises(SpecialistError) as ei:
-            p._run_unchecked(unchecked(body), {})
+            run_unchecked(p, unchecked(body), {})
         assert ei.value.kind == "crash" and ei.value.reason == expected
         assert p.run(TRIVIAL, {"x": 2}, FakeBridge()) == {"answer": 2}
 
@@ -152,11 +153,12 @@ def _wait_for(cond, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_prestart_starts_the_fork_server_in_the_background_and_forks_no_worker():
+def test_prestart_starts_the_fork_server_and_prepares_workers_in_the_background():
     with SandboxPool(max_workers=3, timeout=5) as p:
         p.prestart()
-        assert _wait_for(lambda: p._report is not None)
-        assert p.stats["spawned"] == 1 and p.stats["workers"] == 0          # the isolation check's one worker
+        assert _wait_for(lambda: p._report is not None and p.stats["prepared"] == 3)
+        assert p.stats["workers"] == 0                      # none serves a request: they wait, confined, for one
+        assert p.stats["spawned"] <= 1 + 3                  # the isolation check's one worker, and the prepared ones
         zpid = p._forkserver.pid
         assert p.run(TRIVIAL, {"x": 5}, FakeBridge()) == {"answer": 5}
         p.prestart()                                                        # running already: no-op
@@ -173,3 +175,16 @@ def test_prestart_racing_close_leaves_nothing_behind():
     p.prestart()                         # a closed pool never starts its fork server again
     time.sleep(0.2)
     assert p._forkserver.pid is None
+
+
+def test_a_worker_crash_retires_its_zygote_for_a_fresh_layout():
+    """A crash may be an attacker probing the address space (every worker of one zygote shares its layout and
+    string-hash key): the next workers come from a new zygote, and the old one exits once its workers have."""
+    with SandboxPool(max_workers=1, timeout=5) as p:
+        assert p.run(TRIVIAL, {"x": 1}, FakeBridge()) == {"answer": 1}
+        old = p._forkserver.pid
+        with pytest.raises(SpecialistError, match="SIGSEGV"):
+            run_unchecked(p, unchecked("import ctypes\nctypes.string_at(0)"), {})
+        probe = unchecked("return dspy.Prediction(h=hash('layout'))")
+        assert run_unchecked(p, probe, {}).outputs and p._forkserver.pid not in (None, old)
+        assert _wait_for(lambda: not os.path.exists(f"/proc/{old}") or _gone(old))

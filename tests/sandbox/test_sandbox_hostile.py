@@ -1,4 +1,4 @@
-"""Hostile corpus (tests/sandbox/hostile/*.py): each source is rejected statically or contained at run time.
+"""Hostile corpus (benchmarks/hardening/hostile/*.py): each source is rejected statically or contained at run time.
 
 Header of each file:  # escape: <label>   # expect: rejected|contained   [# kind: <SpecialistError kind>]
 
@@ -15,13 +15,13 @@ import re
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import SECRET, FakeBridge
 
+from benchmarks.hardening.attacks import HOSTILE_DIR, SECRET
 from dspy_adaptive.sandbox import SpecialistError, compile_program
-from dspy_adaptive.sandbox.compiler import source_hash
 from dspy_adaptive.sandbox.errors import KINDS
+from dspy_adaptive.sandbox.testing import FakeBridge, run_bypassing_policy
 
-HOSTILE = sorted((Path(__file__).parent / "hostile").glob("*.py"))
+HOSTILE = sorted(HOSTILE_DIR.glob("*.py"))
 
 
 def meta(src: str) -> dict:
@@ -100,7 +100,7 @@ def test_hostile_source(path, any_pool, pool, host_state):
         assert res.reasons and all(re.match(r"line \d+: .{10,}", r) for r in res.reasons), res.reasons
         assert SECRET not in " ".join(res.reasons)
         # defence in depth: same source, host policy bypassed, restricted worker path
-        out = _outcome(lambda: pool._execute(src, "bypass-" + source_hash(src), "Solver", inputs, FakeBridge(), True))
+        out = _outcome(lambda: run_bypassing_policy(pool, src, inputs, FakeBridge()))
         _no_secret(out)
         if not isinstance(out, SpecialistError):
             assert path.stem in BYPASS_HARMLESS, f"{m['escape']}: ran without the static policy and returned {out!r}"
@@ -145,5 +145,5 @@ def test_specific_runtime_reasons(pool, host_state):
 
 
 def test_class_state_does_not_leak(pool, host_state):
-    prog = compile_program((Path(__file__).parent / "hostile" / "class_state_leak.py").read_text()).program
+    prog = compile_program((HOSTILE_DIR / "class_state_leak.py").read_text()).program
     assert [pool.run(prog, {"canary": "c"}, FakeBridge())["answer"] for _ in range(5)] == [2] * 5

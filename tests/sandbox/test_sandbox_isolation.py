@@ -16,10 +16,12 @@ import threading
 import time
 from pathlib import Path
 
+import dspy
 import pytest
-from sandbox_helpers import SECRET, FakeBridge, unchecked
 
+from benchmarks.hardening.attacks import SECRET
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.sandbox.testing import FakeBridge, run_unchecked, unchecked
 
 ROOT = os.getuid() == 0
 TRIVIAL = compile_program(
@@ -27,13 +29,13 @@ TRIVIAL = compile_program(
 
 
 def test_env_is_scrubbed(pool):
-    out = pool._run_unchecked(unchecked("return dspy.Prediction(env=dict(os.environ))"), {}).outputs
+    out = run_unchecked(pool, unchecked("return dspy.Prediction(env=dict(os.environ))"), {}).outputs
     assert set(out["env"]) <= {"PATH", "LANG", "LC_CTYPE"}, out["env"]
     assert SECRET not in repr(out) and "OPENAI_API_KEY" not in repr(out)
 
 
 def test_identity(pool):
-    out = pool._run_unchecked(unchecked(
+    out = run_unchecked(pool, unchecked(
         "return dspy.Prediction(cwd=os.getcwd(), uid=os.getuid(), euid=os.geteuid(), gid=os.getgid(), "
         "groups=os.getgroups())"), {}).outputs
     assert out["cwd"] == "/"                       # no scratch directory: there is nothing to leave behind
@@ -61,11 +63,11 @@ STATE_SETTERS = {
 def test_no_state_survives_a_request_even_without_the_policy(pool, name):
     setter, reader = STATE_SETTERS[name]
     try:
-        pool._run_unchecked(unchecked(setter + "\nreturn dspy.Prediction(ok=1)", args="x"),
+        run_unchecked(pool, unchecked(setter + "\nreturn dspy.Prediction(ok=1)", args="x"),
                             {"x": "secret-from-request-1"})
     except SpecialistError:
         pass   # whether or not the setter succeeded, the next request must not see it
-    out = pool._run_unchecked(unchecked(reader), {}).outputs
+    out = run_unchecked(pool, unchecked(reader), {}).outputs
     assert "secret-from-request-1" not in repr(out) and out["seen"] not in (["3"], ["True"]), out
 
 
@@ -80,7 +82,7 @@ del a
 return dspy.Prediction(ok=1)
 ''')
     with pytest.raises(SpecialistError) as ei:
-        pool._run_unchecked(spinner, {})
+        run_unchecked(pool, spinner, {})
     assert ei.value.kind == "timeout"
     t0 = time.monotonic()
     assert pool.run(TRIVIAL, {"x": 1}, FakeBridge()) == {"answer": 1}   # the next request is not blamed
@@ -110,18 +112,18 @@ class Solver(dspy.Module):
 # ----------------------------------------------------------------------------------------- limits and clocks
 def test_memory_limit_without_policy(pool):
     with pytest.raises(SpecialistError) as ei:
-        pool._run_unchecked(unchecked("x = bytearray(600 * 1024 * 1024)\nreturn dspy.Prediction(n=len(x))"), {})
+        run_unchecked(pool, unchecked("x = bytearray(600 * 1024 * 1024)\nreturn dspy.Prediction(n=len(x))"), {})
     assert ei.value.kind == "memory" and ei.value.reason == "memory limit (256 MB) exceeded"
-    assert pool._run_unchecked(unchecked("return dspy.Prediction(ok=1)"), {}).outputs == {"ok": 1}
+    assert run_unchecked(pool, unchecked("return dspy.Prediction(ok=1)"), {}).outputs == {"ok": 1}
 
 
 def test_timeout_without_policy_and_recovery(pool):
     t0 = time.monotonic()
     with pytest.raises(SpecialistError) as ei:
-        pool._run_unchecked(unchecked("import time\nwhile True:\n    time.sleep(0.01)"), {})
+        run_unchecked(pool, unchecked("import time\nwhile True:\n    time.sleep(0.01)"), {})
     assert ei.value.kind == "timeout" and ei.value.reason == "timeout after 1.5s"
     assert time.monotonic() - t0 < 5
-    assert pool._run_unchecked(unchecked("return dspy.Prediction(ok=2)"), {}).outputs == {"ok": 2}
+    assert run_unchecked(pool, unchecked("return dspy.Prediction(ok=2)"), {}).outputs == {"ok": 2}
 
 
 def test_killed_mid_call_reports_crash_then_recovers():
@@ -152,9 +154,21 @@ LOOPING_CALLER = compile_program(
     "        for i in range(4):\n            p(x=x)\n        return dspy.Prediction(a=1)\n").program
 
 
-def test_compute_timeout_excludes_bridge_time():
-    with SandboxPool(max_workers=1, timeout=1.0) as p:
+def test_compute_timeout_excludes_bridge_time_when_the_call_may_take_longer():
+    with SandboxPool(max_workers=1, timeout=1.0, call_timeout=5.0) as p:
         assert p.run(LOOPING_CALLER, {"x": 1}, SlowBridge()) == {"a": 1}  # 1.6 s of bridge time, ~0 s compute
+
+
+def test_by_default_the_whole_call_ends_within_its_timeout():
+    """call_timeout defaults to timeout: bridge time counts, and a bridge call still running at the deadline
+    does not hold the call (it ends at the deadline; the late answer is dropped)."""
+    with SandboxPool(max_workers=1, timeout=1.0) as p:
+        assert p.call_timeout == 1.0
+        t0 = time.monotonic()
+        with pytest.raises(SpecialistError) as ei:
+            p.run(LOOPING_CALLER, {"x": 1}, SlowBridge())
+        assert ei.value.kind == "timeout" and "bridge time included" in ei.value.reason
+        assert time.monotonic() - t0 < 1.3
 
 
 def test_call_timeout_counts_bridge_time():
@@ -176,10 +190,11 @@ def test_concurrency_8_threads_x_10_calls():
         def worker(t):
             try:
                 bridge = FakeBridge()
-                for i in range(10):
-                    results[(t, i)] = p.run(src, {"x": f"{t}-{i}"}, bridge)
-                assert bridge.threads == {threading.get_ident()}
-                assert len(bridge.calls) == 10
+                with dspy.context(trace=[]):
+                    for i in range(10):
+                        results[(t, i)] = p.run(src, {"x": f"{t}-{i}"}, bridge)
+                    assert [c["inputs"]["x"] for c in bridge.calls] == [f"{t}-{i}" for i in range(10)]
+                    assert bridge.contexts == {id(dspy.settings.trace)}   # each thread's own context, every call
             except Exception as e:  # pragma: no cover
                 errors.append(e)
 
@@ -234,7 +249,8 @@ def test_no_files_and_no_processes_left_behind(monkeypatch):
         zpid = p._forkserver.pid
         assert os.readlink(f"/proc/{zpid}/cwd") == "/"
         time.sleep(0.1)
-        assert _own_processes(zpid) == []
+        assert set(_own_processes(zpid)) <= set(p.prepared_pids())   # only workers waiting for a request
+        assert len(p.prepared_pids()) <= 2
     time.sleep(0.1)
     assert not Path(f"/proc/{zpid}").exists()
 
@@ -247,3 +263,20 @@ def test_workers_and_zygote_die_at_interpreter_exit(tmp_path):
     zpid = int(out.stdout.strip().split()[-1])
     time.sleep(0.2)
     assert not Path(f"/proc/{zpid}").exists(), out.stderr
+
+
+def test_each_request_gets_fresh_randomness_addresses_and_hash_key(pool, bridge):
+    """Workers are forked from one image: without care every request would put its objects at the same
+    addresses, hash text alike (and, with full Python, draw the same random numbers). Each request gets its own."""
+    src = compile_program(
+        "class S(dspy.Module):\n    def forward(self, x):\n"
+        "        objs = [object() for i in range(50)]\n"
+        "        return dspy.Prediction(h=hash('some text'), ids=[id(o) for o in objs],\n"
+        "                               same=hash('some text') == hash('some ' + 'text'))\n").program
+    outs = [pool.run(src, {"x": i}, bridge) for i in range(4)]
+    assert len({o["h"] for o in outs}) == 4
+    assert len({tuple(o["ids"]) for o in outs}) == 4
+    assert all(o["same"] for o in outs)        # equal objects still hash equal within a request
+    draws = [run_unchecked(pool, unchecked("import random\nreturn dspy.Prediction(r=random.random())"), {}).outputs["r"]
+             for _ in range(4)]
+    assert len(set(draws)) == 4

@@ -10,64 +10,19 @@ in /tmp, and exec.
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import uuid
 import warnings
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import SECRET, attack_source
 
+from benchmarks.hardening.attacks import SECRET, Targets
 from dspy_adaptive.sandbox import Layers, SandboxPool, SpecialistError
 from dspy_adaptive.sandbox.isolation import compile_seccomp, landlock_abi
+from dspy_adaptive.sandbox.testing import run_unchecked
 
 ROOT = os.getuid() == 0
 ABI = landlock_abi()
 SECCOMP = compile_seccomp()[0] is not None
-
-
-class Targets:
-    """Everything the attacks aim at, and what reached it."""
-
-    def __init__(self, tmp: Path):
-        self.secret_file = tmp / "secret.txt"
-        self.secret_file.write_text(SECRET)
-        os.chmod(self.secret_file, 0o600)
-        os.chmod(tmp, 0o755)
-        self.tmp_file = f"/tmp/sbx-attack-{uuid.uuid4().hex}"
-        self.received: list[bytes] = []
-        self.tcp = socket.create_server(("127.0.0.1", 0))
-        self.port = self.tcp.getsockname()[1]
-        self.abstract = b"\0dspy-adaptive-test-" + uuid.uuid4().hex.encode()
-        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.unix.bind(self.abstract)
-        self.unix.listen()
-        for s in (self.tcp, self.unix):
-            threading.Thread(target=self._accept, args=(s,), daemon=True).start()
-
-    def _accept(self, s: socket.socket) -> None:
-        while True:
-            try:
-                conn, _ = s.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(2)
-                try:
-                    self.received.append(conn.recv(100))
-                except OSError:
-                    pass
-
-    def source(self, do_exec: bool = False) -> str:
-        return attack_source(secret_file=str(self.secret_file), tmp_file=self.tmp_file, port=self.port,
-                             abstract=self.abstract, host_pid=os.getpid(), do_exec=do_exec)
-
-    def close(self) -> None:
-        self.tcp.close()
-        self.unix.close()
-        Path(self.tmp_file).unlink(missing_ok=True)
-        Path(self.tmp_file + ".d").rmdir() if Path(self.tmp_file + ".d").is_dir() else None
 
 
 @pytest.fixture
@@ -81,7 +36,7 @@ def attack(layers: Layers, targets: Targets) -> dict[str, str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)     # "layers switched off" is the point here
         with SandboxPool(max_workers=1, timeout=5, memory_mb=512, layers=layers) as p:
-            out = p._run_unchecked(targets.source(), {}).outputs
+            out = run_unchecked(p, targets.source(), {}).outputs
     assert SECRET not in repr(out)
     return out
 
@@ -147,7 +102,7 @@ def test_rlimits_alone(targets):
                                                  layers=Layers.only("rlimits")) as p:
         warnings.simplefilter("ignore", RuntimeWarning)
         with pytest.raises(SpecialistError) as ei:
-            p._run_unchecked("class Solver(dspy.Module):\n    def forward(self):\n"
+            run_unchecked(p, "class Solver(dspy.Module):\n    def forward(self):\n"
                              "        x = bytearray(600 * 1024 * 1024)\n        return dspy.Prediction(n=len(x))\n", {})
         assert ei.value.kind == "memory"
 
@@ -171,7 +126,7 @@ def test_exec_is_stopped(layer, targets):
         warnings.simplefilter("ignore", RuntimeWarning)
         with SandboxPool(max_workers=1, timeout=5, layers=Layers.only(layer)) as p:
             with pytest.raises(SpecialistError) as ei:
-                p._run_unchecked(targets.source(do_exec=True), {})
+                run_unchecked(p, targets.source(do_exec=True), {})
     assert ei.value.kind == "exception" and ei.value.reason.startswith("PermissionError"), ei.value
 
 
@@ -181,5 +136,5 @@ def test_exec_works_without_the_layers(targets):
         warnings.simplefilter("ignore", RuntimeWarning)
         with SandboxPool(max_workers=1, timeout=5, layers=Layers.none()) as p:
             with pytest.raises(SpecialistError) as ei:
-                p._run_unchecked(targets.source(do_exec=True), {})
+                run_unchecked(p, targets.source(do_exec=True), {})
     assert ei.value.kind == "crash" and "exit code 0" in ei.value.reason

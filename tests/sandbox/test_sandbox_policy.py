@@ -128,3 +128,22 @@ def test_the_worker_image_stays_small():
                          capture_output=True, text=True, check=True).stdout.split()
     for heavy in ("RestrictedPython", "pyseccomp", "ast", "inspect", "dataclasses", "dspy", "pydantic"):
         assert heavy not in out, heavy
+
+
+@pytest.mark.parametrize("expr", ["1+" * 300 + "1", "-" * 300 + "1", "a." * 300 + "b", "not " * 400 + "x",
+                                  "1+" * 100_000 + "1"])
+def test_deep_nesting_is_a_clean_rejection_whatever_the_callers_stack(expr):
+    from dspy_adaptive.sandbox.compiler import _CACHE
+
+    src = (f"class Solver(dspy.Module):\n    def forward(self, x):\n        y = {expr}\n"
+           "        return dspy.Prediction(a=y)\n")
+
+    def deep(n):   # the caller's own stack is nearly exhausted: the check must not depend on it
+        if n:
+            return deep(n - 1)
+        _CACHE.clear()
+        return compile_program(src)
+
+    res = deep(900)
+    assert not res.ok and "nests" in res.reasons[0]
+    assert check(src) and "nests" in check(src)[0]

@@ -6,9 +6,9 @@ import threading
 
 import dspy
 import pytest
-from sandbox_helpers import FakeBridge
 
 from dspy_adaptive.sandbox import SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.sandbox.testing import FakeBridge, run_bypassing_policy, run_code
 
 TWO_STEP = '''import re
 
@@ -50,7 +50,7 @@ def test_two_predictor_specialist_with_tool(pool, bridge):
              instructions="Check the answer.", inputs={"question": "What  is 6*7?", "answer": "answer:What  is 6*7?"}),
     ]
     assert bridge.tool_calls == [dict(name="search", kwargs={"query": "What  is 6*7?", "k": 3})]
-    assert bridge.threads == {threading.get_ident()}  # callbacks ran in the calling thread
+    assert threading.get_ident() not in bridge.threads   # served in a helper thread (so a deadline can cut it)...
 
 
 def test_run_returns_fields_only(pool, bridge):
@@ -120,7 +120,7 @@ def test_open_is_name_error_at_runtime_when_policy_bypassed(pool, bridge):
     # restricted worker path without the host's static policy: the runtime builtins still lack open
     src = simple("return dspy.Prediction(answer=open('/etc/passwd').read())")
     with pytest.raises(SpecialistError) as ei:
-        pool._execute(src, "h-open", "Solver", {"x": 1}, bridge, True)
+        run_bypassing_policy(pool, src, {"x": 1}, bridge)
     assert ei.value.reason.startswith("NameError: name 'open' is not defined")
 
 
@@ -235,7 +235,7 @@ def test_workers_run_the_code_the_host_compiled_once(pool, bridge):
     for forged in (marshal.dumps(("not", "code")), marshal.dumps(compile("x = 1", "<elsewhere>", "exec")),
                    b"\x00garbage"):
         with pytest.raises(SpecialistError) as ei:
-            pool._execute(program.source, "f" * 64, program.class_name, {"x": 1}, bridge, True, forged)
+            run_code(pool, forged, {"x": 1}, bridge, program.class_name)
         assert ei.value.kind == "protocol"
     assert pool.run(program, {"x": 1}, bridge) == {"answer": 2}   # the pool still serves
 

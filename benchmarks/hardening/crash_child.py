@@ -1,6 +1,6 @@
 """Child process for the crash/resume checks: one scripted search that can SIGKILL itself.
 
-    python tests/hardening/crash_child.py '{"log_dir": ..., "scenario": "toy"|"merge", "kill": "none"|
+    python benchmarks/hardening/crash_child.py '{"log_dir": ..., "scenario": "toy"|"merge", "kill": "none"|
                                              "actor:N"|"reflection:N"|"checkpoint:N", "calls": path}'
 
 Every LM call appends "<role>\t<detail>" to the `calls` file (flushed before the call is answered), every
@@ -87,7 +87,7 @@ def main(cfg: dict) -> None:
         refl_engine = toy.branching_reflection_lm().scripted.respond
         params = dict(max_metric_calls=150, reflection_minibatch_size=3, seed=1, use_merge=True, merge_cadence=2)
     else:
-        from tests.hardening.lm_faults import reflection_respond
+        from benchmarks.hardening.lm_faults import reflection_respond
         train, val = toy.make_examples(4), toy.make_examples(4, offset=100)
         actor = scripted_lm(wrap(toy.actor_respond, "actor"), model="scripted/actor")
         refl_engine = reflection_respond

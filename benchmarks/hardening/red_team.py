@@ -8,7 +8,7 @@
                  host CPU or 64 MB of host memory for one call, or a pool that no longer serves
 
 Families (each row of `python -m benchmarks.faults`' red-team table):
-  corpus, all layers          tests/sandbox/hostile/*.py through compile_program + the full pool
+  corpus, all layers          benchmarks/hardening/hostile/*.py through compile_program + the full pool
   corpus, policy only         the same with every OS layer switched off (the Python-level layers alone)
   corpus, policy bypassed     the rejected sources run anyway on the restricted worker path
   OS attacks, full Python     files, /proc, TCP, abstract sockets, signals, fork, exec with the policy and
@@ -26,27 +26,21 @@ import json
 import os
 import re
 import resource
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.hardening.attacks import ATTACK_FRAMES, HOSTILE_DIR, RAW, SECRET, Targets
+from dspy_adaptive.sandbox import Layers, SandboxPool, SpecialistError, compile_program
+from dspy_adaptive.sandbox.isolation import compile_seccomp, landlock_abi
+from dspy_adaptive.sandbox.testing import FakeBridge, run_bypassing_policy, run_unchecked, unchecked
+
 ROOT_DIR = Path(__file__).resolve().parents[2]
-SANDBOX_TESTS = ROOT_DIR / "tests" / "sandbox"
-if str(SANDBOX_TESTS) not in sys.path:
-    sys.path.insert(0, str(SANDBOX_TESTS))
-
-from sandbox_helpers import SECRET, FakeBridge, unchecked  # noqa: E402
-
-from dspy_adaptive.sandbox import Layers, SandboxPool, SpecialistError, compile_program  # noqa: E402
-from dspy_adaptive.sandbox.compiler import source_hash  # noqa: E402
-from dspy_adaptive.sandbox.isolation import compile_seccomp, landlock_abi  # noqa: E402
-
-HOSTILE = sorted((SANDBOX_TESTS / "hostile").glob("*.py"))
+HOSTILE = sorted(HOSTILE_DIR.glob("*.py"))
 TRIVIAL = compile_program(
     "class S(dspy.Module):\n    def forward(self, x):\n        return dspy.Prediction(answer=x)\n").program
-CLASSES = ("rejected", "contained", "escaped", "host-broken")
+CLASSES = ("rejected", "contained", "escaped", "host-broken", "host-hung")
 
 
 @dataclass
@@ -61,7 +55,7 @@ class Row:
 
     def add(self, outcome: str, note: str = "") -> None:
         self.counts[outcome] += 1
-        if note and outcome in ("escaped", "host-broken"):
+        if note and outcome in ("escaped", "host-broken", "host-hung"):
             self.notes.append(note)
 
 
@@ -141,7 +135,7 @@ def corpus_rows(tmp: Path) -> list[Row]:
                     _classify(row, state, out, note, canary, path.stem)
                 if not res.ok and expect == "rejected":
                     def bypass(s=src):
-                        return full._execute(s, "bypass-" + source_hash(s), "Solver", inputs, FakeBridge(), True)
+                        return run_bypassing_policy(full, s, inputs, FakeBridge())
                     state, out, note = _guarded(bypass, full)
                     _classify(rows[2], state, out, note, canary, path.stem)
         finally:
@@ -162,8 +156,6 @@ def _classify(row: Row, state: str, out: object, note: str, canary: Canary, name
 
 
 def os_rows(tmp: Path) -> list[Row]:
-    from test_sandbox_os_layers import Targets
-
     (tmp / "targets").mkdir(parents=True, exist_ok=True)
     targets = Targets(tmp / "targets")
     abi, sec, root = landlock_abi(), compile_seccomp()[0] is not None, os.getuid() == 0
@@ -189,7 +181,7 @@ def os_rows(tmp: Path) -> list[Row]:
                 pool = SandboxPool(max_workers=1, timeout=5, memory_mb=512, layers=layers)
                 try:
                     received = len(targets.received)
-                    state, out, note = _guarded(lambda p=pool: p._run_unchecked(targets.source(), {}), pool)
+                    state, out, note = _guarded(lambda p=pool: run_unchecked(p, targets.source(), {}), pool)
                 finally:
                     pool.close()
             if state == "host-broken" or not hasattr(out, "outputs"):
@@ -211,8 +203,6 @@ def os_rows(tmp: Path) -> list[Row]:
 
 
 def bridge_row() -> Row:
-    from test_bridge import ATTACK_FRAMES, RAW
-
     row = Row("bridge, raw frames (no policy, no OS layer)")
     bridge = FakeBridge()
     with warnings.catch_warnings():
@@ -220,7 +210,7 @@ def bridge_row() -> Row:
         pool = SandboxPool(max_workers=1, timeout=10, tool_names=("search",), layers=Layers.none())
         try:
             src = unchecked(RAW.replace("MESSAGES", repr(ATTACK_FRAMES)))
-            state, out, note = _guarded(lambda: pool._run_unchecked(src, {}, bridge), pool)
+            state, out, note = _guarded(lambda: run_unchecked(pool, src, {}, bridge), pool)
         finally:
             pool.close()
     if state == "host-broken" or not hasattr(out, "outputs"):

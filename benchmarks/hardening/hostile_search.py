@@ -24,7 +24,7 @@ import dspy
 from dspy_adaptive import AdaptiveGEPA, SandboxSettings
 from dspy_adaptive.testing import scripted_lm
 
-HOSTILE_DIR = Path(__file__).resolve().parents[1] / "sandbox" / "hostile"
+HOSTILE_DIR = Path(__file__).resolve().parent / "hostile"
 SECRET = "sk-canary-7f3a9c1e5b"
 FAILURE_SCORE = -1.0
 DESCRIPTION = "Arithmetic: requests asking for the addition of numbers (they start with 'add:')."
@@ -42,7 +42,9 @@ class Adder(dspy.Module):
 #: what a run-time containment reason must say, per `# kind:` header of the corpus
 KIND_REASON = {
     "timeout": r"timeout after",
-    "memory": r"memory limit",
+    # a memory bomb is contained by whichever limit it meets first: on a loaded machine, growing to the memory
+    # limit can take longer than the 1 s timeout (the cause of this family's flaky "NOT contained")
+    "memory": r"memory limit|timeout after",
     "output": r"output too large",
     "predictor_limit": r"predictor",
     "exception": r"[A-Z]\w*(Error|Exception|Exit)|cannot|not available|not allowed|no attribute",

@@ -1,0 +1,407 @@
+"""Shared things that could carry a label, and shapes the bridge must not trust (issue 25, classes 2 and 3).
+
+Cache channels: every DSPy LM call made for a specialist runs in its request's own cache scope
+(sandbox/scope.py). Each attack below tries to observe an entry someone else created -- the metric's
+judge (whose prompt holds the reference), another request, an earlier run's disk cache, the host
+itself through a tool -- by content (an answer it has seen before) and by timing (an answer that
+came back faster than the LM answers). The LM answers every call with a fresh number after LATENCY
+seconds and DSPy's response cache is ON, so a hit shows in both. The attacks run as policy-accepted
+specialists (timing with `datetime.now()`), and again with full Python and every OS layer off.
+
+Declared shapes: field names DSPy's predictors take as arguments, values that do not fit their
+declared types, and values built to make the host log them -- through raw frames (full Python, no
+layer) and end to end through a RoutedProgram with a scripted LM. `escaped` means a refused thing
+reached the LM or its prompt, or a request made the host log more than LOG_BUDGET bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import dspy
+from dspy.clients.cache import Cache
+
+from dspy_adaptive import Library, RoutedProgram, Slot
+from dspy_adaptive.sandbox import Layers, SandboxPool
+from dspy_adaptive.sandbox.reserved import predictor_arguments
+from dspy_adaptive.sandbox.testing import FakeBridge, run_unchecked, unchecked
+from dspy_adaptive.testing import ScriptedEngine
+
+LATENCY = 0.05
+FAST = 0.6 * LATENCY        # an answer faster than this came from a cache
+LOG_BUDGET = 64_000         # bytes of host log one request may cause
+JUDGE = "question, reference -> verdict"
+
+
+@dataclass
+class Row:
+    family: str
+    outcomes: list[tuple[str, str, str]] = field(default_factory=list)   # (attack, outcome, detail)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        c = dict.fromkeys(("rejected", "contained", "escaped", "host-broken", "host-hung"), 0)
+        for _, outcome, _ in self.outcomes:
+            c[outcome] += 1
+        return c
+
+    @property
+    def tried(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def notes(self) -> list[str]:
+        return [f"{a}: {o} ({d})" for a, o, d in self.outcomes if o not in ("contained", "rejected")]
+
+    def add(self, attack: str, fn: Callable[[], tuple[str, str]]) -> None:
+        try:
+            outcome, detail = fn()
+        except Exception as e:  # noqa: BLE001 - the host raised: host-broken
+            outcome, detail = "host-broken", f"{type(e).__name__}: {str(e)[:200]}"
+        self.outcomes.append((attack, outcome, detail))
+
+
+def counting_lm(model: str = "scripted/counter") -> dspy.LM:
+    engine: ScriptedEngine
+
+    def respond(call):
+        if "slot" in call.output_fields:
+            return {"slot": "1"}
+        if not call.output_fields:          # a plain lm("...") call: text
+            return f"v{len(engine.calls)}"
+        return {name: f"v{len(engine.calls)}" for name in call.output_fields}
+
+    engine = ScriptedEngine(respond, latency=LATENCY, model=model)
+    lm = dspy.LM(model, engine=engine, cache=True, num_retries=0)
+    lm.scripted = engine
+    return lm
+
+
+# ------------------------------------------------------------------------------------------ probes
+POLICY_PROBE = '''import datetime
+
+class Probe(dspy.Module):
+    def forward(self, question):
+        p = dspy.Predict("question, reference -> verdict")
+        seen, times = [], []
+        for guess in GUESSES:
+            t0 = datetime.datetime.now()
+            seen.append(p(question=question, reference=guess).verdict)
+            times.append((datetime.datetime.now() - t0).total_seconds())
+        return dspy.Prediction(answer=seen[0], seen=seen, times=times)
+'''
+
+RAW_PROBE = '''import time
+p = dspy.Predict("question, reference -> verdict")
+seen, times = [], []
+for guess in GUESSES:
+    t0 = time.perf_counter()
+    seen.append(p(question=question, reference=guess).verdict)
+    times.append(time.perf_counter() - t0)
+return dspy.Prediction(answer=seen[0], seen=seen, times=times)
+'''
+
+
+class _Probe:
+    """Runs a probe as a policy-accepted specialist (all layers) or with full Python (no OS layer)."""
+
+    def __init__(self, raw: bool, lm: dspy.LM, pool: SandboxPool):
+        self.raw, self.lm, self.pool = raw, lm, pool
+
+    def __call__(self, question: str, guesses: list[str]) -> Any:
+        if self.raw:
+            src = unchecked(RAW_PROBE.replace("GUESSES", repr(guesses)), args="question")
+            bridge = _ProbeBridge(self.lm)
+            return dspy.Prediction(**run_unchecked(self.pool, src, {"question": question}, bridge).outputs)
+        lib = Library.empty(2).with_slot(1, Slot().activated("all", POLICY_PROBE.replace("GUESSES", repr(guesses)),
+                                                              "fast"))
+        program = RoutedProgram(dspy.Predict("question -> answer"), lib, fast_lm=self.lm, deep_lm=self.lm,
+                                sandbox=self.pool)
+        return program(question=question)
+
+
+class _ProbeBridge:
+    """The host side a RoutedProgram would give a full-Python probe: its predictor calls served by the LM."""
+
+    def __init__(self, lm: dspy.LM):
+        from dspy_adaptive.sandbox.bridge import PredictorBridge, PredictorCache
+
+        self._inner = PredictorBridge(PredictorCache(), {}, lm)
+
+    def predict(self, request):
+        return self._inner.predict(request)
+
+    def tool(self, request):
+        return self._inner.tool(request)
+
+
+def _verdict(seen: list[str], times: list[float], forbidden: set[str]) -> tuple[str, str]:
+    if forbidden & set(seen):
+        return "escaped", f"saw a cached answer {sorted(forbidden & set(seen))}"
+    if min(times) < FAST:
+        return "escaped", f"an answer came back in {min(times) * 1e3:.1f} ms (a cache hit)"
+    return "contained", f"every probe went to the LM ({min(times) * 1e3:.0f} ms or more)"
+
+
+def _judge_channel(probe: _Probe) -> tuple[str, str]:
+    judge = dspy.Predict(JUDGE)
+    with dspy.context(lm=probe.lm):
+        judged = judge(question="capital of France?", reference="Paris").verdict
+        out = probe("capital of France?", ["Lyon", "Paris", "Nice"])
+    return _verdict(out.seen, out.times, {judged})
+
+
+def _request_channel(probe: _Probe) -> tuple[str, str]:
+    with dspy.context(lm=probe.lm):
+        written = probe("side channel", ["bit=1"]).seen[0]
+        out = probe("side channel", ["bit=0", "bit=1"])
+    return _verdict(out.seen, out.times, {written})
+
+
+def _disk_channel(probe: _Probe, tmp: Path) -> tuple[str, str]:
+    run1 = Cache(enable_disk_cache=True, enable_memory_cache=True, disk_cache_dir=str(tmp))
+    dspy.cache = run1
+    with dspy.context(lm=probe.lm):
+        judged = dspy.Predict(JUDGE)(question="test label?", reference="42").verdict
+    run1.disk_cache.close()
+    dspy.cache = Cache(enable_disk_cache=True, enable_memory_cache=True, disk_cache_dir=str(tmp))   # "run 2"
+    try:
+        with dspy.context(lm=probe.lm):
+            out = probe("test label?", ["41", "42"])
+        return _verdict(out.seen, out.times, {judged})
+    finally:
+        dspy.cache.disk_cache.close()
+
+
+def _tool_channel(raw: bool) -> tuple[str, str]:
+    lm = counting_lm()
+
+    def ask(request: str) -> str:
+        return lm(request)[0]
+
+    lm("what the host asked")                      # the host's own entry, outside any request
+    body = ("import time\nt0 = time.perf_counter()\nseen = [ask(request='what the host asked')]\n"
+            "times = [time.perf_counter() - t0]\nreturn dspy.Prediction(answer=seen[0], seen=seen, times=times)")
+    policy = ("import datetime\n\nclass Asker(dspy.Module):\n    def forward(self, question):\n"
+              "        t0 = datetime.datetime.now()\n        seen = [ask(request='what the host asked')]\n"
+              "        times = [(datetime.datetime.now() - t0).total_seconds()]\n"
+              "        return dspy.Prediction(answer=seen[0], seen=seen, times=times)\n")
+    host_answer = lm("what the host asked")[0]
+    with _pool(raw, tools=("ask",)) as pool:
+        if raw:
+            from dspy_adaptive.sandbox.bridge import PredictorBridge, PredictorCache
+
+            bridge = PredictorBridge(PredictorCache(), {"ask": ask}, lm)
+            out = run_unchecked(pool, unchecked(body, args="question"), {"question": "q"}, bridge).outputs
+        else:
+            lib = Library.empty(2).with_slot(1, Slot().activated("all", policy, "fast"))
+            program = RoutedProgram(dspy.Predict("question -> answer"), lib, fast_lm=lm, deep_lm=lm,
+                                    tools={"ask": ask}, sandbox=pool)
+            with dspy.context(lm=lm):
+                out = program(question="q").toDict()
+    return _verdict(out["seen"], out["times"], {host_answer})
+
+
+def _predictor_objects(probe: _Probe) -> tuple[str, str]:
+    """A predictor a request creates must be built for it alone: a shared one (and its signature class, ~1 ms
+    of host CPU to build) would tell a later request, by timing, what an earlier one asked for."""
+    served: list[Any] = []
+    real = dspy.Predict.forward
+
+    def spy(self, **kwargs):
+        served.append(self)
+        return real(self, **kwargs)
+
+    dspy.Predict.forward = spy
+    try:
+        with dspy.context(lm=probe.lm):
+            probe("predictor objects", ["same"])
+            probe("predictor objects", ["same"])
+    finally:
+        dspy.Predict.forward = real
+    mine = [p for p in served if "reference" in p.signature.input_fields]
+    if len(mine) != 2:
+        return "host-broken", f"expected 2 predictor calls, saw {len(mine)}"
+    if mine[0] is mine[1] or mine[0].signature is mine[1].signature:
+        return "escaped", "the second request was served by the first request's predictor"
+    return "contained", "each request built its own predictor and signature"
+
+
+def _pool(raw: bool, tools: tuple[str, ...] = ()) -> SandboxPool:
+    return SandboxPool(max_workers=2, timeout=10, tool_names=tools, layers=Layers.none() if raw else Layers())
+
+
+def cache_rows(tmp: Path) -> list[Row]:
+    rows = []
+    saved = vars(dspy).get("cache")
+    try:
+        for raw in (False, True):
+            row = Row("cache channels, timing included (" + ("full Python, no OS layer)" if raw else "policy on)"))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                with _pool(raw) as pool:
+                    for name, attack in (("the judge's cached verdicts", _judge_channel),
+                                         ("one request to the next", _request_channel),
+                                         ("an earlier run's disk cache", None),
+                                         ("predictor objects a request made", _predictor_objects)):
+                        dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir=None)
+                        probe = _Probe(raw, counting_lm(), pool)
+                        if attack is None:
+                            row.add(name, lambda p=probe, d=tmp / f"disk-{raw}": _disk_channel(p, d))
+                        else:
+                            row.add(name, lambda p=probe, a=attack: a(p))
+                dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir=None)
+                row.add("the host's entries, through a tool that calls an LM", lambda r=raw: _tool_channel(r))
+            rows.append(row)
+    finally:
+        if saved is None:
+            vars(dspy).pop("cache", None)
+        else:
+            dspy.cache = saved
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ shapes
+FRAMES = '''
+import json, struct
+f = sys._getframe()
+while f is not None and "out_fd" not in f.f_locals:
+    f = f.f_back
+fd = f.f_locals["out_fd"]
+def call(msg):
+    data = json.dumps(msg).encode()
+    os.write(fd, struct.pack(">I", len(data)) + data)
+    head = b""
+    while len(head) < 4:
+        head += os.read(fd, 4 - len(head))
+    n = struct.unpack(">I", head)[0]
+    body = b""
+    while len(body) < n:
+        body += os.read(fd, n - len(body))
+    return json.loads(body)
+return dspy.Prediction(replies=[call(m) for m in MESSAGES])
+'''
+
+BAD_VALUES = [("int", "9" * 200_000), ("int", [1, 2]), ("float", "1.5"), ("bool", 1), ("list[int]", ["x"]),
+              ("dict[str, int]", {"k": "v"}), ("Literal['yes', 'no']", "maybe"), ("str", {"k": "v" * 100_000}),
+              ("str", [[1]]), ("Optional[int]", "x" * 100_000)]
+
+
+def _frames() -> list[tuple[str, dict]]:
+    out = []
+    for name in sorted(predictor_arguments()):
+        if name.startswith("_"):
+            continue
+        out.append((f"input field named {name!r}", {"op": "predict", "name": "p", "kind": "Predict",
+                                                     "signature": f"q, {name} -> a",
+                                                     "inputs": {"q": "x", name: {"n": 25}}}))
+        out.append((f"output field named {name!r}", {"op": "predict", "name": "p", "kind": "Predict",
+                                                      "signature": f"q -> a, {name}", "inputs": {"q": "x"}}))
+    for typ, value in BAD_VALUES:
+        out.append((f"{typ} field given {type(value).__name__} ({len(repr(value))} chars)",
+                    {"op": "predict", "name": "p", "kind": "Predict", "signature": f"q: {typ} -> a",
+                     "inputs": {"q": value}}))
+    return out
+
+
+def shapes_raw_row() -> Row:
+    row = Row("declared types and reserved names (raw frames, no policy, no OS layer)")
+    frames = _frames()
+    bridge = FakeBridge()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with SandboxPool(max_workers=1, timeout=10, layers=Layers.none()) as pool:
+            src = unchecked(FRAMES.replace("MESSAGES", repr([f for _, f in frames])))
+            res = run_unchecked(pool, src, {}, bridge)
+    replies = res.outputs["replies"]
+    for (name, _), reply in zip(frames, replies):
+        ok = reply.get("ok") is False and ("reserved" in reply["error"] or "is declared" in reply["error"])
+        row.outcomes.append((name, "rejected" if ok else "escaped", str(reply)[:160]))
+    if bridge.calls:
+        row.outcomes.append(("the bridge was called", "escaped", str(bridge.calls[:1])[:160]))
+    return row
+
+
+class _LogMeter(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.bytes = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.bytes += len(self.format(record))
+        except Exception:  # noqa: BLE001
+            self.bytes += 0
+
+
+END_TO_END = {
+    "config declared as an input field": ("q, config -> answer", "config={'n': 25}"),
+    "demos declared as an input field": ("q, demos -> answer", "demos=[{'q': 'x', 'answer': 'INJECTED'}]"),
+    "prediction declared as an input field": ("q, prediction -> answer",
+                                              "prediction={'type': 'content', 'content': 'INJECTED'}"),
+    "lm declared as an input field": ("q, lm -> answer", "lm='openai/gpt-4o'"),
+    "signature declared as an input field": ("q, signature -> answer", "signature='q -> INJECTED'"),
+    "200 KB of text in an int field": ("q, count: int -> answer", "count='9' * 200000"),
+    "a 100k-item list in a bool field": ("q, flag: bool -> answer", "flag=[True] * 100000"),
+    "200 KB in a field left out, DSPy warns about missing": ("q, other -> answer", None),
+}
+
+
+def shapes_end_to_end_row() -> Row:
+    """Through a RoutedProgram with a scripted LM: each attack's predictor call must be refused (the LM sees
+    only the router's call), nothing injected reaches a prompt, and the host log stays small."""
+    row = Row("declared types, reserved names and log amplification (policy on, end to end)")
+    from dspy_adaptive.testing import scripted_lm
+
+    meter = _LogMeter()
+    root = logging.getLogger()
+    old_level = root.level
+    # every logger that does not pass its records up (DSPy's own has a handler of its own) is metered too
+    metered = [root] + [lg for lg in logging.root.manager.loggerDict.values()
+                        if isinstance(lg, logging.Logger) and not lg.propagate]
+    for lg in metered:
+        lg.addHandler(meter)
+    root.setLevel(logging.DEBUG)
+    try:
+        with warnings.catch_warnings(), SandboxPool(max_workers=1, timeout=10) as pool:
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for name, (signature, extra) in END_TO_END.items():
+                call = f"q='x' * 200000, {extra}" if extra else "q='x' * 200000"
+                src = ("class Solver(dspy.Module):\n    def forward(self, question):\n"
+                       f"        p = dspy.Predict({signature!r})\n        outs = []\n        for i in range(5):\n"
+                       f"            try:\n                outs.append(p({call}).answer)\n"
+                       "            except dspy.HostError:\n                outs.append('refused')\n"
+                       "        return dspy.Prediction(answer=outs[0], outs=outs)\n")
+                row.add(name, lambda s=src, n=name: _end_to_end(s, n, pool, meter, scripted_lm))
+    finally:
+        for lg in metered:
+            lg.removeHandler(meter)
+        root.setLevel(old_level)
+    return row
+
+
+def _end_to_end(src: str, name: str, pool: SandboxPool, meter: _LogMeter, scripted_lm) -> tuple[str, str]:
+    lm = scripted_lm(lambda call: {"slot": "1"} if "slot" in call.output_fields else {"answer": "42"})
+    lib = Library.empty(2).with_slot(1, Slot().activated("all", src, "fast"))
+    program = RoutedProgram(dspy.Predict("question -> answer"), lib, fast_lm=lm, deep_lm=lm, sandbox=pool)
+    before = meter.bytes
+    with dspy.context(lm=lm):
+        out = program(question="q")
+    logged = meter.bytes - before
+    prompts = lm.scripted.prompts()
+    expect_refused = "left out" not in name
+    if logged > LOG_BUDGET:
+        return "escaped", f"the host logged {logged} bytes for one request"
+    if "INJECTED" in "".join(prompts):
+        return "escaped", "an injected value reached the LM's prompt"
+    if expect_refused and (len(prompts) != 1 or set(out.outs) != {"refused"}):
+        return "escaped", f"{len(prompts) - 1} specialist LM calls were made ({out.outs[:2]})"
+    return ("rejected" if expect_refused else "contained"), f"{len(prompts)} LM call(s), {logged} bytes logged"
+
+
+def shape_rows() -> list[Row]:
+    return [shapes_raw_row(), shapes_end_to_end_row()]
