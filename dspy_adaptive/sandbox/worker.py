@@ -293,6 +293,10 @@ def scramble() -> None:
     random.seed(os.urandom(32))   # and a fresh state for `random` (a forked process starts with its parent's)
     keep = [object() for _ in range(r[0])]                       # 16-byte blocks (0-255 of them)
     keep += [float(i) for i in range(r[1])]                      # 32-byte blocks
+    for make in (object, float):     # and the free list in a random order: the next blocks of these classes are
+        spare = [make() for _ in range(256)]                     # handed out from freed ones, last freed first
+        random.shuffle(spare)
+        del spare
     for c in range(3, 33):                                       # 48 ... 512-byte blocks (bytes: 33 + n)
         keep += [bytes(16 * c - 33) for _ in range(r[c] & (255 if c < 5 else 15))]
     _KEEP.append(keep)
