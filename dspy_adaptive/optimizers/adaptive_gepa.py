@@ -98,7 +98,9 @@ class AdaptiveGEPA(Teleprompter):
         seed: seed of the search's random choices (selection, minibatches, merges); None: a random seed.
         gepa_kwargs: dspy.GEPA's passthrough to gepa.optimize: keys with a counterpart here are mapped
             (use_mlflow, mlflow_tracking_uri, mlflow_experiment_name, mlflow_attach_existing,
-            wandb_attach_existing, tracking_key_prefix, display_progress_bar); any other raises a clear error.
+            wandb_attach_existing, tracking_key_prefix, display_progress_bar, frontier_type: gepa's "instance",
+            "objective", "hybrid" or "cartesian" Pareto frontier for parent selection and merges); any other
+            raises a clear error.
         max_specialists: K, the number of specialist slots (Adaptive-GEPA's own parameters follow; each is
             documented in full by the settings group that owns it, named in brackets).
         merge_cadence: accepted reflective proposals between merges (`merge.settings.MergeSettings`).
@@ -239,7 +241,8 @@ class AdaptiveGEPA(Teleprompter):
                        c.execution, c.run.failure_score, c.run.track_best_outputs,
                        c.reflection.format_failure_feedback, c.run.reuse_scores)
         identity = {**spec_identity(spec, train, val), "optimizer": "AdaptiveGEPA",
-                    "search": {k: v for k, v in search.to_dict().items() if k != "seed" or c.run.seed is not None},
+                    "search": {k: v for k, v in search.to_dict().items()     # the default frontier as before
+                               if (k != "seed" or c.run.seed is not None) and (k, v) != ("frontier_type", "instance")},
                     "merge": c.merge.to_dict(), "reflection_lm": describe_lm(c.reflection.lm),
                     "proposals": {"format": c.reflection.proposal_format, "external": c.reflection.external,
                                   "max_repair_attempts": c.reflection.max_repair_attempts,

@@ -151,7 +151,7 @@ def config_from_args(a: Mapping[str, Any]) -> AdaptiveGEPAConfig:
         minibatch_size=a["reflection_minibatch_size"], skip_perfect_score=a["skip_perfect_score"],
         perfect_score=a["perfect_score"], seed=0 if a["seed"] is None else a["seed"],
         max_concurrent_proposals=a["max_concurrent_proposals"], fold_order=a["fold_order"],
-        candidate_selection=a["candidate_selection_strategy"])
+        candidate_selection=a["candidate_selection_strategy"], frontier_type=mapped.frontier_type)
     merge = MergeSettings(a["use_merge"], a["max_merge_invocations"], a["merge_cadence"], a["merge_cap_counts"],
                           a["merge_parent_copies"], a["alignment"])
     program = ProgramSettings(a["max_specialists"], a["fast_lm"], a["deep_lm"], a["tools"])

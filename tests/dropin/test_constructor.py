@@ -64,7 +64,7 @@ def test_replaced_mechanisms_raise_one_clear_error(name, value, words):
     ({"reflection_prompt_template": "x"}, "reflection_prompt_template"),
     ({"stop_callbacks": []}, "max_metric_calls"),
     ({"seed": 3}, r"AdaptiveGEPA\(seed=...\)"),
-    ({"frontier_type": "objective"}, "per-instance"),
+    ({"frontier_type": "pareto"}, "not one of gepa.s frontiers"),
     ({"no_such_key": 1}, "not an argument of gepa.optimize"),
 ])
 def test_gepa_kwargs_without_counterpart_raise_clearly(kwargs, words):
