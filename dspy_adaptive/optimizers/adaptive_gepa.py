@@ -61,7 +61,8 @@ class AdaptiveGEPA(Teleprompter):
         reflection_minibatch_size: feedback (trainset) rows per reflective proposal.
         candidate_selection_strategy: "pareto" (GEPA's per-row frontier, frequency weighted), "current_best"
             (the highest validation mean), "epsilon_greedy" or "top_k_pareto" (gepa's, as dspy.GEPA passes them).
-        reflection_lm: the LM that reads traces and proposes edits (required; use a strong model).
+        reflection_lm: the LM that reads traces and proposes edits (use a strong model). Required unless a
+            proposer or component_selector is given; then None means the configured LM (a warning says so).
         skip_perfect_score: skip reflection when the parent scores `perfect_score` on the whole minibatch.
         add_format_failure_as_feedback: when the program fails because an LM answer could not be parsed into
             its output fields, show reflection the LM's raw answer with the failure (default: the failure only).
@@ -240,14 +241,12 @@ class AdaptiveGEPA(Teleprompter):
         spec = RunSpec(student, self.metric, input_keys(train), c.program, c.sandbox,
                        c.execution, c.run.failure_score, c.run.track_best_outputs,
                        c.reflection.format_failure_feedback, c.run.reuse_scores)
+        reflection = c.reflection.resolved()        # no reflection_lm with a proposer: the configured LM
         identity = {**spec_identity(spec, train, val), "optimizer": "AdaptiveGEPA",
                     "search": {k: v for k, v in search.to_dict().items()     # the default frontier as before
                                if (k != "seed" or c.run.seed is not None) and (k, v) != ("frontier_type", "instance")},
-                    "merge": c.merge.to_dict(), "reflection_lm": describe_lm(c.reflection.lm),
-                    "proposals": {"format": c.reflection.proposal_format, "external": c.reflection.external,
-                                  "max_repair_attempts": c.reflection.max_repair_attempts,
-                                  "unusable_programs": c.reflection.unusable_programs,
-                                  "context_tokens": c.reflection.context_tokens}}
+                    "merge": c.merge.to_dict(), "reflection_lm": describe_lm(reflection.lm),
+                    "proposals": reflection.proposals_identity()}
         b = c.budget
         run = assemble(spec, limits=BudgetLimits(max_calls, b.max_cost_usd, b.max_idle_iterations, b.max_candidates),
                        log_dir=c.run.log_dir, identity=identity, what="search", progress=c.run.progress)
@@ -255,7 +254,7 @@ class AdaptiveGEPA(Teleprompter):
             run.pool.isolation_report()     # refuses here, before any LM money is spent
         else:
             run.pool.prestart()
-        reflector = c.reflection.reflector(input_names=spec.input_names, tools=c.program.tools,
+        reflector = reflection.reflector(input_names=spec.input_names, tools=c.program.tools,
                                            schedule=run.services.schedule)
         engine = SearchEngine(settings=search, merge=c.merge, seed_library=Library.empty(c.program.max_specialists),
                               train=train, val=val, services=run.services, reflector=reflector,

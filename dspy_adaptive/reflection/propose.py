@@ -93,12 +93,24 @@ class Edit:
         return out
 
 
-def program_contract(input_names: Sequence[str], output_names: Sequence[str], tools: Sequence[str]) -> str:
+def starter_program(input_names: Sequence[str], output_names: Sequence[str]) -> str:
+    """A complete, valid specialist for the contract: one ChainOfThought over the request's inputs."""
     args = ", ".join(input_names)
-    outs = ", ".join(f"{o}=..." for o in output_names)
     sig = f"{', '.join(input_names)} -> {', '.join(output_names)}"
     call = ", ".join(f"{i}={i}" for i in input_names)
     ret = ", ".join(f"{o}=out.{o}" for o in output_names)
+    return ("class Specialist(dspy.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            f"        self.solve = dspy.ChainOfThought(\"{sig}\", instructions=\"Solve the request step by step.\")\n\n"
+            f"    def forward(self, {args}):\n"
+            f"        out = self.solve({call})\n"
+            f"        return dspy.Prediction({ret})\n")
+
+
+def program_contract(input_names: Sequence[str], output_names: Sequence[str], tools: Sequence[str]) -> str:
+    args = ", ".join(input_names)
+    outs = ", ".join(f"{o}=..." for o in output_names)
     tool_text = ("Tools callable as plain functions: " + ", ".join(f"{t}(...)" for t in tools) + ".") if tools \
         else "No tools are available."
     return (
@@ -114,14 +126,8 @@ def program_contract(input_names: Sequence[str], output_names: Sequence[str], to
         "- Optionally choose the LM profile the predictors run on with one module-level line, "
         "PROFILE = \"fast\" (no extended thinking, cheaper) or PROFILE = \"deep\" (thinking on, more tokens).\n"
         "A complete, valid example to adapt:\n"
-        "class Specialist(dspy.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        f"        self.solve = dspy.ChainOfThought(\"{sig}\", instructions=\"Solve the request step by step.\")\n\n"
-        f"    def forward(self, {args}):\n"
-        f"        out = self.solve({call})\n"
-        f"        return dspy.Prediction({ret})\n"
-        "Return only the Python source."
+        + starter_program(input_names, output_names)
+        + "Return only the Python source."
     )
 
 
@@ -401,17 +407,7 @@ class Reflector:
                                             self._activate_code)(parent, slot, traces, note)
             return Edit(action, slot, parent.with_slot(slot, target.activated(description, source, profile)))
         if action == "rewrite_program":
-            if fmt == "structured":
-                shape = self._call(self.rewrite_program_spec, note, dspy.JSONAdapter(), traces=traces,
-                                   description=target.description, program=target.program_source,
-                                   program_contract=structured.spec_contract_text(self.spec_contract)).shape
-                spec = structured.spec_from(shape, self.spec_contract)
-                source = self._checked(structured.render(spec, self.spec_contract, declared_profile(
-                    target.program_source)[0]), structured.answer_text(shape))
-            else:
-                out = self._call(self.rewrite_program, note, traces=traces, description=target.description,
-                                 program=target.program_source, program_contract=self.contract)
-                source = self._checked(strip_code(out.new_program), str(out.new_program or ""))
+            source = self._write_program(target.description, target.program_source, traces, note, fmt)
             return self._changed(parent, action, slot, parent.with_slot(slot, target.with_program(source)))
         # rewrite_description
         out = self._call(self.rewrite_description, note, traces=traces, specialists=render_slots(parent),
@@ -420,6 +416,20 @@ class Reflector:
         if not text or text.upper() == "INACTIVE":
             raise Rejection("bad_output", "rewrite_description returned an empty description", text)
         return self._changed(parent, action, slot, parent.with_slot(slot, target.with_description(text)))
+
+    def _write_program(self, description: str, program: str, traces: str, note: RepairNote | None,
+                       fmt: str | None) -> str:
+        """The reflection LM's rewrite of `program` for a slot described by `description` (checked source)."""
+        if fmt == "structured":
+            shape = self._call(self.rewrite_program_spec, note, dspy.JSONAdapter(), traces=traces,
+                               description=description, program=program,
+                               program_contract=structured.spec_contract_text(self.spec_contract)).shape
+            spec = structured.spec_from(shape, self.spec_contract)
+            return self._checked(structured.render(spec, self.spec_contract, declared_profile(program)[0]),
+                                 structured.answer_text(shape))
+        out = self._call(self.rewrite_program, note, traces=traces, description=description, program=program,
+                         program_contract=self.contract)
+        return self._checked(strip_code(out.new_program), str(out.new_program or ""))
 
     def _activate_code(self, parent: Library, slot: int, traces: str,
                        note: RepairNote | None) -> tuple[str, str, str]:

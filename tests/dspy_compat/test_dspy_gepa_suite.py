@@ -15,6 +15,7 @@ is right; a listed test that starts passing fails this check too (drop its line)
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -88,11 +89,18 @@ def upstream_root() -> Path | None:
 
 def run_suite(root: Path, variant: str, out: Path) -> dict[str, str]:
     """{test name: passed|failed|skipped} of DSPy's GEPA tests that construct the class, with `variant`."""
+    if HERE in root.resolve().parents:     # under this package: pytest would take its tests/ for ours
+        copy = out / "dspy_checkout"
+        if not copy.exists():
+            shutil.copytree(root / "tests", copy / "tests")
+        root = copy
     files = sorted(str(p.relative_to(root)) for pattern in FILES for p in root.glob(pattern))
     ini = out / "pytest.ini"
     ini.write_text("[pytest]\n")
     xml = out / f"{variant}.xml"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(HERE)]), LITELLM_LOCAL_MODEL_COST_MAP="True",
+    # this checkout's package first (an editable install elsewhere must not stand in for it)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(HERE), str(HERE.parents[1])]),
+               LITELLM_LOCAL_MODEL_COST_MAP="True",
                MLFLOW_ALLOW_FILE_STORE="true")
     cmd = [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(root), "--noconftest",
            "-p", "gepa_swap_plugin", "-p", "no:cacheprovider", f"--gepa-class={variant}", "--gepa-class-tests-only",
