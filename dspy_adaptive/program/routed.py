@@ -290,7 +290,7 @@ class _Same:
     """`with_library`'s default: the variant shares this program's route memo."""
 
 
-class RoutedProgram(dspy.Module, Parameter):
+class RoutedProgram(dspy.Module):
     """Router -> specialist (sandboxed) or the frozen fallback. See the module docstring.
 
     A full DSPy module:
@@ -302,9 +302,17 @@ class RoutedProgram(dspy.Module, Parameter):
       its `__init__` once in a sandbox worker (see `SpecialistPredictors`).
     * `acall` / `aforward` run a call in a worker thread; `batch`, `dspy.Evaluate` and threads work as for
       any module.
-    * Inside a larger module it is one parameter (like `dspy.Flex`): `outer.save()` / `outer.load()` carry the
-      whole routed state (library, router, specialist and fallback predictor states), and
-      `save(save_program=True)` pickles it (the sandbox pool is not pickled; a new one starts on first use).
+    * Inside a larger module its predictors are the larger module's too (`outer.named_predictors()` lists
+      `<name>.router`, `<name>.slot<k>.*`, `<name>.fallback.*`), so `outer.set_lm(lm)` reaches every one of them
+      and optimizers run on `outer` see them. `named_parameters()` also lists `library` first, a parameter
+      holding the program's whole state, so `outer.save()` / `outer.load()` carry the library with everything
+      else (on load it is applied first). A routed program is never frozen as a submodule (dspy skips a
+      submodule marked compiled; this one is always walked). `save(save_program=True)` pickles it (the sandbox
+      pool is not pickled; a new one starts on first use).
+    * Reading an attribute of the student it was built from (`routed.predictor`, `routed.hour_predictor`)
+      reads the frozen fallback's, the program requests reach when they are not routed to a specialist. The
+      routed program's own attributes always come first; setting such a name on it is refused (set it on
+      `routed.fallback` instead).
 
     Args:
         program: the user's DSPy program; a frozen deep copy serves as the fallback (slot 0).
@@ -357,6 +365,36 @@ class RoutedProgram(dspy.Module, Parameter):
         self._route_memo = route_memo
         self._set_library(library)
 
+    # -- the student's attributes, read through the fallback ------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        """Only for names this program does not have: a student attribute resolves to the fallback's."""
+        fallback = self.__dict__.get("fallback")
+        if name.startswith("_") or name in _OWN or _on_class(type(self), name) or fallback is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        try:
+            return getattr(fallback, name)
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}, nor has its fallback "
+                                 f"(the {type(fallback).__name__} it was built from)") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        fallback = self.__dict__.get("fallback")
+        if (fallback is not None and not name.startswith("_") and name not in _OWN and name not in self.__dict__
+                and not _on_class(type(self), name) and hasattr(fallback, name)):
+            raise AttributeError(f"{name!r} is the fallback's (the student's): reading it on a RoutedProgram reads "
+                                 f"the fallback's, so set it there, on `program.fallback.{name}`")
+        super().__setattr__(name, value)
+
+    @property
+    def _compiled(self) -> bool:
+        """Always False: dspy does not walk a submodule marked compiled, and a routed program must stay visible
+        to the module holding it (its library saved, its predictors reached)."""
+        return False
+
+    @_compiled.setter
+    def _compiled(self, value: bool) -> None:
+        pass
+
     def _set_library(self, library: Library) -> None:
         """Take `library`: a fresh router (its instructions) and fresh specialist predictor state."""
         self._library = library
@@ -398,9 +436,13 @@ class RoutedProgram(dspy.Module, Parameter):
 
     @property
     def sandbox(self) -> SandboxPool:
+        """The pool specialists run in: one started on first use, or -- when the pool it had was closed (by the
+        program that owned it, or after unpickling) -- a new one with the same settings, owned by this program."""
         with self._lock:
             if self._sandbox is None:
-                self._sandbox = SandboxPool(tool_names=tuple(self.tools))
+                self._sandbox, self._owns_sandbox = SandboxPool(tool_names=tuple(self.tools)), True
+            elif self._sandbox.closed:
+                self._sandbox, self._owns_sandbox = self._sandbox.renewed(), True
             return self._sandbox
 
     def lm_for(self, profile: str) -> Any:
@@ -543,7 +585,11 @@ class RoutedProgram(dspy.Module, Parameter):
                 self._predictors.adopt(k, h, requests)
 
     def named_parameters(self):
-        """router, slot<k>.<name> (each active specialist's predictors), fallback.<name>: stable names."""
+        """library (the whole state, see `RoutedState`), router, slot<k>.<name> (each active specialist's
+        predictors), fallback.<name>: stable names."""
+        return [("library", RoutedState(self)), *self._predictor_parameters()]
+
+    def _predictor_parameters(self):
         self.discover()
         out: list[tuple[str, Any]] = [("router", self.router)]
         for name, module in self._predictors.named():
@@ -562,18 +608,18 @@ class RoutedProgram(dspy.Module, Parameter):
     def lm(self) -> Any:
         """The LM every predictor of this program uses when they all use the same one (None otherwise).
         Setting it sets every predictor's (what `dspy.Module.set_lm` on a module holding this one does)."""
-        lms = {id(p.lm): p.lm for _, p in self.named_parameters() if isinstance(p, dspy.Module)}
+        lms = {id(p.lm): p.lm for _, p in self._predictor_parameters() if isinstance(p, dspy.Module)}
         return next(iter(lms.values())) if len(lms) == 1 else None
 
     @lm.setter
     def lm(self, lm: Any) -> None:
-        for _, p in self.named_parameters():
+        for _, p in self._predictor_parameters():
             if isinstance(p, dspy.Module):
                 p.lm = lm
 
     def reset(self) -> None:
         """Reset every predictor (demos, lm); the library is kept (`reset_copy` of a module holding this one)."""
-        for _, p in self.named_parameters():
+        for _, p in self._predictor_parameters():
             if hasattr(p, "reset"):
                 p.reset()
 
@@ -685,6 +731,49 @@ class RoutedProgram(dspy.Module, Parameter):
         return f"RoutedProgram(active=[{active}], fallback={type(self.fallback).__name__})"
 
 
+class RoutedState(dspy.Module, Parameter):
+    """The `library` parameter of a RoutedProgram: its whole state (`RoutedProgram.dump_state`) as one parameter,
+    so a larger module's `save` / `load` carry the library beside the predictors it lists. Made when the
+    parameters are listed, never stored. Its `lm` is the program's (setting it changes nothing: `set_lm` reaches
+    the predictors themselves); `reset` keeps the library, as `RoutedProgram.reset` does."""
+
+    def __init__(self, program: RoutedProgram):
+        super().__init__()
+        self.__dict__["program"] = program     # not a submodule: no walk of this parameter reaches it twice
+
+    @property
+    def lm(self) -> Any:
+        return self.program.lm
+
+    @lm.setter
+    def lm(self, lm: Any) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def named_parameters(self):
+        return []
+
+    def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
+        return self.program.dump_state(json_mode=json_mode)
+
+    def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> None:
+        self.program.load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
+
+    def forward(self, **kwargs: Any) -> Any:
+        raise TypeError("a RoutedProgram's `library` parameter is its state, not a program: call the RoutedProgram")
+
+
+#: A RoutedProgram's own instance attributes: never read from (nor refused for) the fallback.
+_OWN = frozenset({"fallback", "router", "fast_lm", "deep_lm", "tools", "input_names", "callbacks", "history",
+                  "detailed_results"})
+
+
+def _on_class(cls: type, name: str) -> bool:
+    return any(name in klass.__dict__ for klass in cls.__mro__)
+
+
 _DISCOVERED: "OrderedDict[str, tuple[PredictRequest, ...]]" = OrderedDict()
 _DISCOVERED_LOCK = threading.Lock()
 
@@ -705,6 +794,7 @@ def _discover_cached(pool: SandboxPool, program: Any) -> tuple[PredictRequest, .
     return found
 
 
-__all__ = ["ExportError", "INACTIVE", "PredictorBridge", "RouteRecord", "RoutedProgram", "SpecialistPredictors",
+__all__ = ["ExportError", "INACTIVE", "PredictorBridge", "RouteRecord", "RoutedProgram", "RoutedState",
+           "SpecialistPredictors",
            "SpecialistRuntimeError", "normalise_tools", "parse_slot_answer", "render_specialists", "route_of",
            "shown_source"]
