@@ -60,6 +60,7 @@ from dspy_adaptive.sandbox.bridge import (  # noqa: F401 (bridged_predictor is r
     parse_predict,
 )
 from dspy_adaptive.sandbox.compiler import source_hash
+from dspy_adaptive.sandbox.dspy_types import DspyValueError, deserialize, involves
 
 _ROUTE_ATTR = "_adaptive_route"
 _INT_RE = re.compile(r"-?\d+")
@@ -123,8 +124,12 @@ def render_specialists(library: Library) -> str:
 # CPU: every `with_library` variant the search evaluates would otherwise rebuild its router's and its
 # specialists' signatures. Shared, they also keep the adapter's per-signature system-message memo warm.
 @functools.lru_cache(maxsize=256)
-def _router_signature(input_names: tuple[str, ...], instructions: str) -> type[dspy.Signature]:
-    fields: dict[str, Any] = {name: (str, dspy.InputField()) for name in input_names}
+def _router_signature(input_names: tuple[str, ...], instructions: str,
+                      dspy_types: tuple[tuple[str, Any], ...] = ()) -> type[dspy.Signature]:
+    """The router's signature: the request's fields (text, or the DSPy type the student declares for them, so an
+    image reaches the router as an image), the numbered specialists, the chosen slot."""
+    types = dict(dspy_types)
+    fields: dict[str, Any] = {name: (types.get(name, str), dspy.InputField()) for name in input_names}
     fields["specialists"] = (str, dspy.InputField(desc="numbered descriptions of the available specialists"))
     fields["slot"] = (str, dspy.OutputField(desc="the number of the chosen specialist, or 0 for the fallback"))
     return dspy.Signature(fields, instructions)
@@ -276,6 +281,13 @@ class SpecialistPredictors(PredictorCache):
         return other
 
 
+def _dspy_field_types(program: dspy.Module, side: str = "output_fields") -> tuple[tuple[str, Any], ...]:
+    """(field, type) of the input or output fields that a program declaring its signature types with one of
+    DSPy's types (`clock_photo: dspy.Image`, `code: dspy.Code`)."""
+    fields = getattr(getattr(program, "signature", None), side, None) or {}
+    return tuple((name, f.annotation) for name, f in fields.items() if involves(f.annotation))
+
+
 def _infer_input_names(program: dspy.Module) -> tuple[str, ...] | None:
     """The input fields of a program that declares them (a Predict/ChainOfThought, or a module with a
     `signature`); None when it does not say."""
@@ -398,7 +410,8 @@ class RoutedProgram(dspy.Module):
     def _set_library(self, library: Library) -> None:
         """Take `library`: a fresh router (its instructions) and fresh specialist predictor state."""
         self._library = library
-        self.router = dspy.Predict(_router_signature(self.input_names or ("request",), library.router))
+        self.router = dspy.Predict(_router_signature(self.input_names or ("request",), library.router,
+                                                     _dspy_field_types(self.fallback, "input_fields")))
         self._predictors = SpecialistPredictors()
 
     # -- the library (the router predictor's instructions are its router text) -------------------------
@@ -525,9 +538,14 @@ class RoutedProgram(dspy.Module):
         except SpecialistError as e:
             route = RouteRecord(selected, k, answer, None, error=e.reason, error_kind=e.kind)
             raise SpecialistRuntimeError(route) from e
+        types = dict(_dspy_field_types(self.fallback))
         pred = dspy.Prediction()
         for name, value in fields.items():   # not Prediction(**fields): a field named "base" is a constructor argument
-            pred[name] = value
+            try:                             # the student's DSPy-typed outputs come back as those types
+                pred[name] = deserialize(types[name], value, what=f"output {name!r}") if name in types else value
+            except DspyValueError as e:
+                raise SpecialistRuntimeError(RouteRecord(selected, k, answer, None, error=str(e),
+                                                         error_kind="output")) from None
         attach_tool_calls(pred, bridge.tool_calls)   # what it really sent through tools, for the metric
         return pred, RouteRecord(selected, k, answer, None)
 
@@ -540,7 +558,8 @@ class RoutedProgram(dspy.Module):
         with self._lock:
             router = self.router
             if tuple(router.signature.input_fields)[:-1] != input_names:
-                sig = _router_signature(input_names, router.signature.instructions)
+                sig = _router_signature(input_names, router.signature.instructions,
+                                        _dspy_field_types(self.fallback, "input_fields"))
                 fresh = dspy.Predict(sig)
                 fresh.demos, fresh.lm = list(router.demos), router.lm
                 self.router, self.input_names = fresh, input_names

@@ -39,6 +39,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.lm.adapter_memo import lm_context
 from dspy_adaptive.lm.usage import role
+from dspy_adaptive.sandbox.dspy_types import DspyValueError, deserialize, serialize
 from dspy_adaptive.sandbox.signature import ParsedSignature, SignatureError, parse_signature
 
 KINDS = ("Predict", "ChainOfThought")
@@ -181,6 +182,17 @@ def parse_predict(msg: Mapping[str, Any], limits: BridgeLimits | None = None) ->
     return PredictRequest(name, kind, sig, instructions, inputs)
 
 
+def typed_inputs(request: PredictRequest) -> dict[str, Any]:
+    """A request's inputs, each field declared with a DSPy type as that type (`dspy_types.deserialize`);
+    BridgeRefused when a value is not one."""
+    types = {f.name: f.type for f in request.signature.inputs}
+    try:
+        return {k: deserialize(types[k], v, what=f"predictor {request.name!r}: input {k!r}")
+                for k, v in request.inputs.items()}
+    except DspyValueError as e:
+        raise BridgeRefused(str(e)) from None
+
+
 def parse_tool(msg: Mapping[str, Any], tool_names: tuple[str, ...],
                limits: BridgeLimits | None = None) -> ToolRequest:
     limits = limits or BridgeLimits()
@@ -216,10 +228,11 @@ def sandbox_error_text(exc: BaseException, what: str) -> str:
 
 def to_plain(value: Any, *, max_depth: int = 16) -> Any:
     """A host value as plain JSON data for the sandbox: Predictions and mappings become dicts, tuples
-    become lists; other objects become their str() (a tool's own result type). Never a host object."""
+    become lists, DSPy's types their fields' data (`dspy_types.serialize`: an Image {"url": ...}); other
+    objects become their str() (a tool's own result type). Never a host object."""
     if hasattr(value, "toDict") and callable(value.toDict):
         value = value.toDict()
-    return json.loads(json.dumps(value, default=str, ensure_ascii=False))
+    return json.loads(json.dumps(serialize(value), default=str, ensure_ascii=False))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -322,8 +335,9 @@ class PredictorBridge:
 
     def predict(self, request: PredictRequest) -> dict[str, Any]:
         predictor = self._predictor(request)
+        inputs = typed_inputs(request)
         with lm_context(self.lm), role(self.role_name):
-            pred = predictor(**request.inputs)
+            pred = predictor(**inputs)
         return {k: pred[k] for k in pred.keys()}
 
     def tool(self, request: ToolRequest) -> Any:

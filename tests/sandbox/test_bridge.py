@@ -87,7 +87,7 @@ def req(**kw):
     (req(kind="ReAct"), "kind must be one of"),
     (req(name="x" * 101), "at most 100 plain characters"),
     (req(name="a b"), "at most 100 plain characters"),
-    (req(signature="q: os.environ -> a"), "unexpected text"),
+    (req(signature="q: os.environ -> a"), "type 'os' is not allowed"),
     (req(instructions="x" * 12_001), "at most 12000"),
     (req(instructions=["not", "text"]), "instructions must be text"),
     (req(inputs="q=hi"), "keyword arguments"),
