@@ -226,7 +226,7 @@ class ProposerReflector(Reflector):
         """A new slot with an instruction_proposer: the proposer writes its description; its program is written
         for that description from a starter program, by the code_proposer or else the reflection LM (a
         rewrite of the starter); its profile is the program's PROFILE line, else deep (the fallback's)."""
-        starter = starter_program(self.input_names, self.output_names or ("answer",))
+        starter = starter_program(self.input_names, self.output_names or ("answer",), self.input_types)
         description_name, program_name = f"slot{slot}.description", f"slot{slot}.program"
         candidate = {**library_components(parent), description_name: "", program_name: starter}
         description = self._batch.description        # a repair of this activation reuses the description

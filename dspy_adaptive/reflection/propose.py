@@ -93,10 +93,13 @@ class Edit:
         return out
 
 
-def starter_program(input_names: Sequence[str], output_names: Sequence[str]) -> str:
-    """A complete, valid specialist for the contract: one ChainOfThought over the request's inputs."""
+def starter_program(input_names: Sequence[str], output_names: Sequence[str],
+                    input_types: Mapping[str, str] | None = None) -> str:
+    """A complete, valid specialist for the contract: one ChainOfThought over the request's inputs (a field
+    holding one of DSPy's types declared with it, e.g. `clock_photo: dspy.Image`, so it reaches the LM as such)."""
+    types = input_types or {}
     args = ", ".join(input_names)
-    sig = f"{', '.join(input_names)} -> {', '.join(output_names)}"
+    sig = f"{', '.join(f'{n}: {types[n]}' if n in types else n for n in input_names)} -> {', '.join(output_names)}"
     call = ", ".join(f"{i}={i}" for i in input_names)
     ret = ", ".join(f"{o}=out.{o}" for o in output_names)
     return ("class Specialist(dspy.Module):\n"
@@ -108,7 +111,8 @@ def starter_program(input_names: Sequence[str], output_names: Sequence[str]) -> 
             f"        return dspy.Prediction({ret})\n")
 
 
-def program_contract(input_names: Sequence[str], output_names: Sequence[str], tools: Sequence[str]) -> str:
+def program_contract(input_names: Sequence[str], output_names: Sequence[str], tools: Sequence[str],
+                     input_types: Mapping[str, str] | None = None) -> str:
     args = ", ".join(input_names)
     outs = ", ".join(f"{o}=..." for o in output_names)
     tool_text = ("Tools callable as plain functions: " + ", ".join(f"{t}(...)" for t in tools) + ".") if tools \
@@ -126,7 +130,7 @@ def program_contract(input_names: Sequence[str], output_names: Sequence[str], to
         "- Optionally choose the LM profile the predictors run on with one module-level line, "
         "PROFILE = \"fast\" (no extended thinking, cheaper) or PROFILE = \"deep\" (thinking on, more tokens).\n"
         "A complete, valid example to adapt:\n"
-        + starter_program(input_names, output_names)
+        + starter_program(input_names, output_names, input_types)
         + "Return only the Python source."
     )
 
@@ -220,6 +224,7 @@ class Reflector:
         if unusable_programs not in UNUSABLE_PROGRAMS:
             raise ValueError(f"unusable_programs={unusable_programs!r}: expected one of {', '.join(UNUSABLE_PROGRAMS)}")
         self.unusable_programs = unusable_programs
+        self.input_types: dict[str, str] = {}
         self.set_output_names(output_names)
         self.select = dspy.Predict(sig.SelectAction)
         self.activate = dspy.Predict(sig.ActivateSlot)
@@ -230,10 +235,14 @@ class Reflector:
         self.activate_spec, self.rewrite_program_spec = dspy.Predict(activate_spec), dspy.Predict(rewrite_spec)
         self._local = threading.local()   # the current proposal's images (concurrent proposals: one per thread)
 
-    def set_output_names(self, output_names: Sequence[str]) -> None:
-        """The fallback's output fields, which every specialist must also return."""
+    def set_output_names(self, output_names: Sequence[str], input_types: Mapping[str, str] | None = None) -> None:
+        """The fallback's output fields, which every specialist must also return (and the request fields that
+        hold one of DSPy's types, {name: "dspy.Image"}, which the contract's example declares)."""
         self.output_names = tuple(output_names)
-        self.contract = program_contract(self.input_names, self.output_names or ("answer",), self.tools)
+        if input_types is not None:
+            self.input_types = dict(input_types)
+        self.contract = program_contract(self.input_names, self.output_names or ("answer",), self.tools,
+                                         self.input_types)
         self.spec_contract = structured.Contract(self.input_names, self.output_names or ("answer",), self.tools,
                                                  self.tool_args)
 

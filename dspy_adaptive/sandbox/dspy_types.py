@@ -11,8 +11,9 @@ Their values cross the bridge as plain JSON data, never as host objects:
   left as they are;
 * sandbox -> host (`deserialize`): a value sent for a field declared with a DSPy type is validated into that
   type by pydantic with DSPy's own validators (an Image takes a URL or a data URI; a local path is refused:
-  DSPy reads files only through `Image.from_path`), and a File may not name a provider file id the request
-  did not hand over (only inline data). Anything else is refused with a message safe to show the sandbox.
+  DSPy reads files only through `Image.from_path`), and a File carries its data inline (a provider file id,
+  which would let a specialist make the host LM read any file of the account, is refused). Anything else is
+  refused with a message safe to show the sandbox.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 import typing
-from typing import Any
+from typing import Any, Mapping
 
 import pydantic
 
@@ -118,12 +119,19 @@ def deserialize(annotation: Any, value: Any, *, what: str) -> Any:
     return typed
 
 
+def field_types(values: Mapping[str, Any]) -> dict[str, str]:
+    """{field: "dspy.Image"} for the values of `values` that are DSPy values (a request's inputs)."""
+    return {name: type_text(type(v)) for name, v in values.items() if _is_dspy_value(v)}
+
+
 def type_text(annotation: Any) -> str:
-    names = {cls: name for name, cls in _classes().items()}
-    if isinstance(annotation, type) and annotation in names:
-        return f"dspy.{names[annotation]}"
+    """How the grammar spells a DSPy class (`dspy.Image`; a `dspy.Code[...]` class as `dspy.Code`)."""
+    if isinstance(annotation, type):
+        for name, cls in _classes().items():
+            if issubclass(annotation, cls):
+                return f"dspy.{name}"
     return getattr(annotation, "__name__", None) or str(annotation)
 
 
-__all__ = ["CODE_LANGUAGE", "DSPY_TYPE_NAMES", "DspyValueError", "deserialize", "dspy_type", "involves",
-           "serialize"]
+__all__ = ["CODE_LANGUAGE", "DSPY_TYPE_NAMES", "DspyValueError", "deserialize", "dspy_type", "field_types",
+           "involves", "serialize"]

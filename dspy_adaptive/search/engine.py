@@ -30,6 +30,7 @@ from dspy_adaptive.merge.settings import MergeSettings
 from dspy_adaptive.program.library import Library
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.reflection.traces import recent_history
+from dspy_adaptive.sandbox.dspy_types import field_types
 from dspy_adaptive.schema import ProposalRecord, RowResult
 from dspy_adaptive.search import gate
 from dspy_adaptive.search.archive import Archive, Candidate
@@ -177,7 +178,7 @@ class SearchEngine:
         parent = self.archive[self.selector.select(self.archive, self.rng)]                       # select
         idx = sample_minibatch(self.sampler, [r.example for r in self.train], self.s.minibatch_size, self.rng)
         if not self.reflector.output_names:
-            self.reflector.set_output_names(self._output_names())
+            self.reflector.set_output_names(self._output_names(), field_types(self.train[0].inputs))
         lineage = self.archive.ancestors(parent.index) | {parent.index}
         return Job(self.iteration, parent, tuple(self.train[i] for i in idx),
                    recent_history(self.proposals, lineage, self.s.history_size), archive_size=len(self.archive))

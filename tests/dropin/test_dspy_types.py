@@ -128,5 +128,6 @@ def test_a_search_activates_an_image_specialist_and_reflection_sees_the_images_a
     assert res.detailed_results.val_aggregate_scores == [0.0, 1.0]     # the image specialist is archived
     assert res.library.active_ids() == (1,)
     assert reflection.parts[0].count("image") == 2                      # the minibatch's two images, as images
+    assert any('ChainOfThought("clock_photo: dspy.Image -> hour"' in t for t in reflection.texts)  # the contract
     assert specialist_calls and all(p.count("image") == 1 for p in specialist_calls)
     res.close()
