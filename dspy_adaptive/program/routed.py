@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import dspy
-from dspy.predict.parameter import Parameter
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.escaping import visible_controls
 from dspy_adaptive.lm.adapter_memo import lm_context
 from dspy_adaptive.lm.usage import role
 from dspy_adaptive.program.library import FALLBACK, INACTIVE, Library
+from dspy_adaptive.program.nesting import RoutedState, StudentAttributes
 from dspy_adaptive.program.profiles import declared_profile, effective_profile
 from dspy_adaptive.program.route_memo import RouteMemo
 from dspy_adaptive.sandbox import (
@@ -302,7 +302,7 @@ class _Same:
     """`with_library`'s default: the variant shares this program's route memo."""
 
 
-class RoutedProgram(dspy.Module):
+class RoutedProgram(StudentAttributes, dspy.Module):
     """Router -> specialist (sandboxed) or the frozen fallback. See the module docstring.
 
     A full DSPy module:
@@ -376,36 +376,6 @@ class RoutedProgram(dspy.Module):
         self._lock = threading.RLock()
         self._route_memo = route_memo
         self._set_library(library)
-
-    # -- the student's attributes, read through the fallback ------------------------------------------------
-    def __getattr__(self, name: str) -> Any:
-        """Only for names this program does not have: a student attribute resolves to the fallback's."""
-        fallback = self.__dict__.get("fallback")
-        if name.startswith("_") or name in _OWN or _on_class(type(self), name) or fallback is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        try:
-            return getattr(fallback, name)
-        except AttributeError:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}, nor has its fallback "
-                                 f"(the {type(fallback).__name__} it was built from)") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        fallback = self.__dict__.get("fallback")
-        if (fallback is not None and not name.startswith("_") and name not in _OWN and name not in self.__dict__
-                and not _on_class(type(self), name) and hasattr(fallback, name)):
-            raise AttributeError(f"{name!r} is the fallback's (the student's): reading it on a RoutedProgram reads "
-                                 f"the fallback's, so set it there, on `program.fallback.{name}`")
-        super().__setattr__(name, value)
-
-    @property
-    def _compiled(self) -> bool:
-        """Always False: dspy does not walk a submodule marked compiled, and a routed program must stay visible
-        to the module holding it (its library saved, its predictors reached)."""
-        return False
-
-    @_compiled.setter
-    def _compiled(self, value: bool) -> None:
-        pass
 
     def _set_library(self, library: Library) -> None:
         """Take `library`: a fresh router (its instructions) and fresh specialist predictor state."""
@@ -748,49 +718,6 @@ class RoutedProgram(dspy.Module):
     def __repr__(self) -> str:
         active = ", ".join(f"{k}: {self._library.slot(k).description[:40]!r}" for k in self._library.active_ids())
         return f"RoutedProgram(active=[{active}], fallback={type(self.fallback).__name__})"
-
-
-class RoutedState(dspy.Module, Parameter):
-    """The `library` parameter of a RoutedProgram: its whole state (`RoutedProgram.dump_state`) as one parameter,
-    so a larger module's `save` / `load` carry the library beside the predictors it lists. Made when the
-    parameters are listed, never stored. Its `lm` is the program's (setting it changes nothing: `set_lm` reaches
-    the predictors themselves); `reset` keeps the library, as `RoutedProgram.reset` does."""
-
-    def __init__(self, program: RoutedProgram):
-        super().__init__()
-        self.__dict__["program"] = program     # not a submodule: no walk of this parameter reaches it twice
-
-    @property
-    def lm(self) -> Any:
-        return self.program.lm
-
-    @lm.setter
-    def lm(self, lm: Any) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def named_parameters(self):
-        return []
-
-    def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
-        return self.program.dump_state(json_mode=json_mode)
-
-    def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> None:
-        self.program.load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
-
-    def forward(self, **kwargs: Any) -> Any:
-        raise TypeError("a RoutedProgram's `library` parameter is its state, not a program: call the RoutedProgram")
-
-
-#: A RoutedProgram's own instance attributes: never read from (nor refused for) the fallback.
-_OWN = frozenset({"fallback", "router", "fast_lm", "deep_lm", "tools", "input_names", "callbacks", "history",
-                  "detailed_results"})
-
-
-def _on_class(cls: type, name: str) -> bool:
-    return any(name in klass.__dict__ for klass in cls.__mro__)
 
 
 _DISCOVERED: "OrderedDict[str, tuple[PredictRequest, ...]]" = OrderedDict()
