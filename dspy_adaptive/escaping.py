@@ -75,8 +75,11 @@ _CLOSE_MARKER = re.compile(r"(#[ \t]*)\]\]")
 def defang_markers(text: str, field_names: Iterable[str] = ()) -> str:
     """`text` with DSPy's field markers made inert: `[[ ## name ## ]]` becomes `[ [ ## name ## ] ]` (the chat
     and JSON adapters render fields, and parse answers, by the exact marker), and `<name>` / `</name>` for
-    each of `field_names` becomes `&lt;name&gt;` (the XML adapter's fields). Everything else is unchanged."""
+    each of `field_names` becomes `&lt;name&gt;` (the XML adapter's fields), and DSPy's custom-type markers
+    (`<<CUSTOM-TYPE-START-IDENTIFIER>>`, which the adapters turn into image or file parts the provider fetches)
+    become `< <CUSTOM-TYPE-...`. Everything else is unchanged."""
     text = _CLOSE_MARKER.sub(r"\1] ]", _OPEN_MARKER.sub("[ [", str(text)))
+    text = text.replace("<<CUSTOM-TYPE-", "< <CUSTOM-TYPE-")
     names = sorted({n for n in field_names if isinstance(n, str) and n.isidentifier()}, key=len, reverse=True)
     if names and "<" in text:
         tags = re.compile(r"<(/?)(" + "|".join(map(re.escape, names)) + r")>")

@@ -9,7 +9,8 @@ applies `cleaned` (the post-merge cleanup) and archives it. A merge that finds n
 nothing and costs nothing.
 
 The archive is read through a small duck-typed view (`candidates` with index, parents, library,
-val_mean, scores, executed; `row_ids`; `pareto_fronts()`), so this package never imports the search.
+val_mean, scores, executed; `row_ids`; `frontier()`, gepa's frontier of the run's `frontier_type`), so this
+package never imports the search.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ class MergeProposer:
     def propose(self, archive: Any, state: MergeState, rng: random.Random, check: MergeCheck) -> MergeProposal | None:
         """Draw an eligible pair not tried yet, merge it and run the gate check; None if no pair exists."""
         nodes = [LineageNode(c.index, c.parents, c.library, c.val_mean) for c in archive.candidates]
-        frontier = sorted(find_dominator_programs(archive.pareto_fronts(), [c.val_mean for c in archive.candidates]))
+        frontier = sorted(find_dominator_programs(archive.frontier(), [c.val_mean for c in archive.candidates]))
         tried = {frozenset(t) for t in state.tried}
         pair = find_merge_pair(nodes, rng, tried, candidates=frontier,                              # pair
                                component_check=lambda c, x, y: self._desirable_after_alignment(archive, c, x, y))

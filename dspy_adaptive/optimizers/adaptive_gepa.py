@@ -20,7 +20,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 from tqdm.auto import tqdm
 
 from dspy_adaptive.data import InputError, Row, input_keys
-from dspy_adaptive.optimizers.assembly import AssembledRun, BudgetLimits, RunSpec, assemble, describe_lm, spec_identity
+from dspy_adaptive.optimizers.assembly import AssembledRun, BudgetLimits, RunSpec, assemble, spec_identity
 from dspy_adaptive.optimizers.config import config_from_args
 from dspy_adaptive.optimizers.inputs import UnknownArgumentError, compile_rows
 from dspy_adaptive.program.library import Library
@@ -60,7 +60,8 @@ class AdaptiveGEPA(Teleprompter):
         reflection_minibatch_size: feedback (trainset) rows per reflective proposal.
         candidate_selection_strategy: "pareto" (GEPA's per-row frontier, frequency weighted), "current_best"
             (the highest validation mean), "epsilon_greedy" or "top_k_pareto" (gepa's, as dspy.GEPA passes them).
-        reflection_lm: the LM that reads traces and proposes edits (required; use a strong model).
+        reflection_lm: the LM that reads traces and proposes edits (use a strong model). Required unless a
+            proposer or component_selector is given; then None means the configured LM (a warning says so).
         skip_perfect_score: skip reflection when the parent scores `perfect_score` on the whole minibatch.
         add_format_failure_as_feedback: when the program fails because an LM answer could not be parsed into
             its output fields, show reflection the LM's raw answer with the failure (default: the failure only).
@@ -97,7 +98,9 @@ class AdaptiveGEPA(Teleprompter):
         seed: seed of the search's random choices (selection, minibatches, merges); None: a random seed.
         gepa_kwargs: dspy.GEPA's passthrough to gepa.optimize: keys with a counterpart here are mapped
             (use_mlflow, mlflow_tracking_uri, mlflow_experiment_name, mlflow_attach_existing,
-            wandb_attach_existing, tracking_key_prefix, display_progress_bar); any other raises a clear error.
+            wandb_attach_existing, tracking_key_prefix, display_progress_bar, frontier_type: gepa's "instance",
+            "objective", "hybrid" or "cartesian" Pareto frontier for parent selection and merges); any other
+            raises a clear error.
         max_specialists: K, the number of specialist slots (Adaptive-GEPA's own parameters follow; each is
             documented in full by the settings group that owns it, named in brackets).
         merge_cadence: accepted reflective proposals between merges (`merge.settings.MergeSettings`).
@@ -239,13 +242,8 @@ class AdaptiveGEPA(Teleprompter):
         spec = RunSpec(student, self.metric, input_keys(train), c.program, c.sandbox,
                        c.execution, c.run.failure_score, c.run.track_best_outputs,
                        c.reflection.format_failure_feedback, c.run.reuse_scores)
-        identity = {**spec_identity(spec, train, val), "optimizer": "AdaptiveGEPA",
-                    "search": {k: v for k, v in search.to_dict().items() if k != "seed" or c.run.seed is not None},
-                    "merge": c.merge.to_dict(), "reflection_lm": describe_lm(c.reflection.lm),
-                    "proposals": {"format": c.reflection.proposal_format, "external": c.reflection.external,
-                                  "max_repair_attempts": c.reflection.max_repair_attempts,
-                                  "unusable_programs": c.reflection.unusable_programs,
-                                  "context_tokens": c.reflection.context_tokens}}
+        reflection = c.reflection.resolved()        # no reflection_lm with a proposer: the configured LM
+        identity = {**spec_identity(spec, train, val), **c.identity(search, reflection)}
         b = c.budget
         run = assemble(spec, limits=BudgetLimits(max_calls, b.max_cost_usd, b.max_idle_iterations, b.max_candidates),
                        log_dir=c.run.log_dir, identity=identity, what="search", progress=c.run.progress)
@@ -253,7 +251,7 @@ class AdaptiveGEPA(Teleprompter):
             run.pool.isolation_report()     # refuses here, before any LM money is spent
         else:
             run.pool.prestart()
-        reflector = c.reflection.reflector(input_names=spec.input_names, tools=c.program.tools,
+        reflector = reflection.reflector(input_names=spec.input_names, tools=c.program.tools,
                                            schedule=run.services.schedule)
         engine = SearchEngine(settings=search, merge=c.merge, seed_library=Library.empty(c.program.max_specialists),
                               train=train, val=val, services=run.services, reflector=reflector,

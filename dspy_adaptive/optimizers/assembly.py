@@ -176,16 +176,29 @@ def assemble(spec: RunSpec, *, limits: BudgetLimits, log_dir: str | None, identi
 
 
 def _ray_executor(spec: RunSpec, threads: int, meter: UsageMeter, base: RoutedProgram) -> Any:
-    """Ray actors that each rebuild this run's base program and score rows as the thread executor would."""
-    from dspy_adaptive.search.ray_executor import RayExecutor
+    """Ray actors that each rebuild this run's base program and score rows as the thread executor would. What
+    they receive is refused before Ray starts if it cannot be pickled, and the user's own modules it comes
+    from are shipped to them (`search.ray_executor`)."""
+    from dspy_adaptive.search.ray_executor import RayExecutor, refuse_unpicklable, user_modules
+
+    settings = {"lm": dspy.settings.lm, "adapter": dspy.settings.adapter}
+    sent = {"metric": spec.metric, "student program": spec.student, "fast_lm": spec.program.fast_lm,
+            "deep_lm": spec.program.deep_lm, "configured LM (dspy.settings.lm)": settings["lm"],
+            "configured adapter (dspy.settings.adapter)": settings["adapter"],
+            **{f"tool {name!r}": fn for name, fn in spec.program.tools.items()}}
+    refuse_unpicklable(sent)
+    build = functools.partial(actor_scorer, spec)
+    refuse_unpicklable({"run's settings": build})
+    defined = [*sent.values(), *(type(m) for _, m in spec.student.named_sub_modules())]
+    defined += [getattr(lm, "engine", None) for lm in (spec.program.fast_lm, spec.program.deep_lm, settings["lm"])]
 
     def on_usage(snapshot: dict[str, Any]) -> None:     # into the proposal's ledger too, when one is open
         (current_meter() or meter).merge(snapshot)
 
-    return RayExecutor(functools.partial(actor_scorer, spec), num_actors=threads, address=spec.execution.address,
-                       failure_score=spec.failure_score, on_usage=on_usage,
-                       settings={"lm": dspy.settings.lm, "adapter": dspy.settings.adapter},
-                       num_cpus=max(2, threads), route_memo=lambda: base.route_memo)
+    return RayExecutor(build, num_actors=threads, address=spec.execution.address,
+                       failure_score=spec.failure_score, on_usage=on_usage, settings=settings,
+                       num_cpus=max(2, threads), route_memo=lambda: base.route_memo,
+                       ship=user_modules(o for o in defined if o is not None))
 
 
 # -- the run's identity ----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 from dspy_adaptive import checks
 from dspy_adaptive.data import InputError
 from dspy_adaptive.merge.settings import MergeSettings
+from dspy_adaptive.optimizers.assembly import describe_lm
 from dspy_adaptive.optimizers.gepa_compat import (
     AUTO_RUN_SETTINGS,
     MetricSignatureError,
@@ -117,6 +118,15 @@ class AdaptiveGEPAConfig:
     batch_sampler: BatchSampler = field(default=uniform_sampler)
     notes: tuple[str, ...] = ()
 
+    def identity(self, search: SearchSettings, reflection: ReflectionSettings) -> dict[str, Any]:
+        """What of these settings makes a search's results (its run identity, beside `assembly.spec_identity`):
+        `search` with the seed it runs with (left out when drawn per compile) and `reflection` as resolved."""
+        return {"optimizer": "AdaptiveGEPA",
+                "search": {k: v for k, v in search.to_dict().items()      # (the default frontier as before it existed)
+                           if (k != "seed" or self.run.seed is not None) and (k, v) != ("frontier_type", "instance")},
+                "merge": self.merge.to_dict(), "reflection_lm": describe_lm(reflection.lm),
+                "proposals": reflection.proposals_identity()}
+
 
 def check_metric(metric: Callable) -> None:
     if not callable(metric):
@@ -156,7 +166,7 @@ def config_from_args(a: Mapping[str, Any]) -> AdaptiveGEPAConfig:
         minibatch_size=a["reflection_minibatch_size"], skip_perfect_score=a["skip_perfect_score"],
         perfect_score=a["perfect_score"], seed=0 if a["seed"] is None else a["seed"],
         max_concurrent_proposals=a["max_concurrent_proposals"], fold_order=a["fold_order"],
-        candidate_selection=a["candidate_selection_strategy"])
+        candidate_selection=a["candidate_selection_strategy"], frontier_type=mapped.frontier_type)
     merge = MergeSettings(a["use_merge"], a["max_merge_invocations"], a["merge_cadence"], a["merge_cap_counts"],
                           a["merge_parent_copies"], a["alignment"])
     program = ProgramSettings(a["max_specialists"], a["fast_lm"], a["deep_lm"], a["tools"])

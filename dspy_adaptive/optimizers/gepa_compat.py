@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import dspy
 
 from dspy_adaptive.data import InputError
+from dspy_adaptive.search.frontier import FRONTIER_TYPES
 
 AUTO_RUN_SETTINGS = {"light": {"n": 6}, "medium": {"n": 12}, "heavy": {"n": 18}}
 
@@ -115,6 +116,7 @@ class MappedGepaKwargs:
     wandb_attach_existing: bool = False
     tracking_key_prefix: str = ""
     display_progress_bar: bool | None = None
+    frontier_type: str = "instance"
     notes: list[str] = field(default_factory=list)
 
 
@@ -173,12 +175,17 @@ def map_gepa_kwargs(gepa_kwargs: Mapping[str, Any] | None) -> MappedGepaKwargs:
         elif key in ("use_cloudpickle", "cache_evaluation"):
             out.notes.append(f"gepa_kwargs[{key!r}] has no effect: Adaptive-GEPA's state is JSON and every scored "
                              "call is cached by (candidate, row)")
-        elif key in ("val_evaluation_policy", "frontier_type", "acceptance_criterion"):
-            allowed = {"val_evaluation_policy": (None, "full_eval"), "frontier_type": ("instance",),
+        elif key == "frontier_type":
+            if value not in FRONTIER_TYPES:
+                raise InputError(f"gepa_kwargs['frontier_type']={_short(value)} is not one of gepa's frontiers: "
+                                 f"{', '.join(map(repr, FRONTIER_TYPES))} (all but 'instance' need a metric that "
+                                 "returns objective_scores)")
+            out.frontier_type = value
+        elif key in ("val_evaluation_policy", "acceptance_criterion"):
+            allowed = {"val_evaluation_policy": (None, "full_eval"),
                        "acceptance_criterion": ("strict_improvement",)}[key]
             if value not in allowed:
                 what = {"val_evaluation_policy": "validates every archived candidate on the whole valset",
-                        "frontier_type": "keeps gepa's per-instance Pareto frontier",
                         "acceptance_criterion": "accepts a child only when it strictly beats its parent on the "
                                                 "minibatch"}[key]
                 raise InputError(f"gepa_kwargs[{key!r}]={_short(value)} is not supported: Adaptive-GEPA {what} "

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import dspy
-from dspy.predict.parameter import Parameter
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.distill import serve as distilled
@@ -43,6 +42,7 @@ from dspy_adaptive.escaping import visible_controls
 from dspy_adaptive.lm.adapter_memo import lm_context
 from dspy_adaptive.lm.usage import role
 from dspy_adaptive.program.library import FALLBACK, INACTIVE, Library
+from dspy_adaptive.program.nesting import RoutedState, StudentAttributes
 from dspy_adaptive.program.profiles import declared_profile, effective_profile
 from dspy_adaptive.program.route_memo import RouteMemo
 from dspy_adaptive.sandbox import (
@@ -61,6 +61,7 @@ from dspy_adaptive.sandbox.bridge import (  # noqa: F401 (bridged_predictor is r
     parse_predict,
 )
 from dspy_adaptive.sandbox.compiler import source_hash
+from dspy_adaptive.sandbox.dspy_types import DspyValueError, deserialize, involves
 
 _ROUTE_ATTR = "_adaptive_route"
 _INT_RE = re.compile(r"-?\d+")
@@ -126,8 +127,12 @@ def render_specialists(library: Library) -> str:
 # CPU: every `with_library` variant the search evaluates would otherwise rebuild its router's and its
 # specialists' signatures. Shared, they also keep the adapter's per-signature system-message memo warm.
 @functools.lru_cache(maxsize=256)
-def _router_signature(input_names: tuple[str, ...], instructions: str) -> type[dspy.Signature]:
-    fields: dict[str, Any] = {name: (str, dspy.InputField()) for name in input_names}
+def _router_signature(input_names: tuple[str, ...], instructions: str,
+                      dspy_types: tuple[tuple[str, Any], ...] = ()) -> type[dspy.Signature]:
+    """The router's signature: the request's fields (text, or the DSPy type the student declares for them, so an
+    image reaches the router as an image), the numbered specialists, the chosen slot."""
+    types = dict(dspy_types)
+    fields: dict[str, Any] = {name: (types.get(name, str), dspy.InputField()) for name in input_names}
     fields["specialists"] = (str, dspy.InputField(desc="numbered descriptions of the available specialists"))
     fields["slot"] = (str, dspy.OutputField(desc="the number of the chosen specialist, or 0 for the fallback"))
     return dspy.Signature(fields, instructions)
@@ -277,6 +282,13 @@ class SpecialistPredictors(PredictorCache):
         return other
 
 
+def _dspy_field_types(program: dspy.Module, side: str = "output_fields") -> tuple[tuple[str, Any], ...]:
+    """(field, type) of the input or output fields that a program declaring its signature types with one of
+    DSPy's types (`clock_photo: dspy.Image`, `code: dspy.Code`)."""
+    fields = getattr(getattr(program, "signature", None), side, None) or {}
+    return tuple((name, f.annotation) for name, f in fields.items() if involves(f.annotation))
+
+
 def _infer_input_names(program: dspy.Module) -> tuple[str, ...] | None:
     """The input fields of a program that declares them (a Predict/ChainOfThought, or a module with a
     `signature`); None when it does not say."""
@@ -291,7 +303,7 @@ class _Same:
     """`with_library`'s default: the variant shares this program's route memo."""
 
 
-class RoutedProgram(dspy.Module, Parameter):
+class RoutedProgram(StudentAttributes, dspy.Module):
     """Router -> specialist (sandboxed) or the frozen fallback. See the module docstring.
 
     A full DSPy module:
@@ -303,9 +315,17 @@ class RoutedProgram(dspy.Module, Parameter):
       its `__init__` once in a sandbox worker (see `SpecialistPredictors`).
     * `acall` / `aforward` run a call in a worker thread; `batch`, `dspy.Evaluate` and threads work as for
       any module.
-    * Inside a larger module it is one parameter (like `dspy.Flex`): `outer.save()` / `outer.load()` carry the
-      whole routed state (library, router, specialist and fallback predictor states), and
-      `save(save_program=True)` pickles it (the sandbox pool is not pickled; a new one starts on first use).
+    * Inside a larger module its predictors are the larger module's too (`outer.named_predictors()` lists
+      `<name>.router`, `<name>.slot<k>.*`, `<name>.fallback.*`), so `outer.set_lm(lm)` reaches every one of them
+      and optimizers run on `outer` see them. `named_parameters()` also lists `library` first, a parameter
+      holding the program's whole state, so `outer.save()` / `outer.load()` carry the library with everything
+      else (on load it is applied first). A routed program is never frozen as a submodule (dspy skips a
+      submodule marked compiled; this one is always walked). `save(save_program=True)` pickles it (the sandbox
+      pool is not pickled; a new one starts on first use).
+    * Reading an attribute of the student it was built from (`routed.predictor`, `routed.hour_predictor`)
+      reads the frozen fallback's, the program requests reach when they are not routed to a specialist. The
+      routed program's own attributes always come first; setting such a name on it is refused (set it on
+      `routed.fallback` instead).
 
     Args:
         program: the user's DSPy program; a frozen deep copy serves as the fallback (slot 0).
@@ -362,7 +382,8 @@ class RoutedProgram(dspy.Module, Parameter):
     def _set_library(self, library: Library) -> None:
         """Take `library`: a fresh router (its instructions) and fresh specialist predictor state."""
         self._library = library
-        self.router = dspy.Predict(_router_signature(self.input_names or ("request",), library.router))
+        self.router = dspy.Predict(_router_signature(self.input_names or ("request",), library.router,
+                                                     _dspy_field_types(self.fallback, "input_fields")))
         self._predictors = SpecialistPredictors()
 
     # -- the library (the router predictor's instructions are its router text) -------------------------
@@ -401,9 +422,13 @@ class RoutedProgram(dspy.Module, Parameter):
 
     @property
     def sandbox(self) -> SandboxPool:
+        """The pool specialists run in: one started on first use, or -- when the pool it had was closed (by the
+        program that owned it, or after unpickling) -- a new one with the same settings, owned by this program."""
         with self._lock:
             if self._sandbox is None:
-                self._sandbox = SandboxPool(tool_names=tuple(self.tools))
+                self._sandbox, self._owns_sandbox = SandboxPool(tool_names=tuple(self.tools)), True
+            elif self._sandbox.closed:
+                self._sandbox, self._owns_sandbox = self._sandbox.renewed(), True
             return self._sandbox
 
     def lm_for(self, profile: str) -> Any:
@@ -507,9 +532,14 @@ class RoutedProgram(dspy.Module, Parameter):
         except SpecialistError as e:
             route = RouteRecord(selected, k, answer, None, error=e.reason, error_kind=e.kind, **how)
             raise SpecialistRuntimeError(route) from e
+        types = dict(_dspy_field_types(self.fallback))
         pred = dspy.Prediction()
         for name, value in fields.items():   # not Prediction(**fields): a field named "base" is a constructor argument
-            pred[name] = value
+            try:                             # the student's DSPy-typed outputs come back as those types
+                pred[name] = deserialize(types[name], value, what=f"output {name!r}") if name in types else value
+            except DspyValueError as e:
+                raise SpecialistRuntimeError(RouteRecord(selected, k, answer, None, error=str(e),
+                                                         error_kind="output")) from None
         attach_tool_calls(pred, bridge.tool_calls)   # what it really sent through tools, for the metric
         return pred, RouteRecord(selected, k, answer, None, **how)
 
@@ -540,7 +570,8 @@ class RoutedProgram(dspy.Module, Parameter):
         with self._lock:
             router = self.router
             if tuple(router.signature.input_fields)[:-1] != input_names:
-                sig = _router_signature(input_names, router.signature.instructions)
+                sig = _router_signature(input_names, router.signature.instructions,
+                                        _dspy_field_types(self.fallback, "input_fields"))
                 fresh = dspy.Predict(sig)
                 fresh.demos, fresh.lm = list(router.demos), router.lm
                 self.router, self.input_names = fresh, input_names
@@ -593,7 +624,11 @@ class RoutedProgram(dspy.Module, Parameter):
             self._predictors.adopt(k, h, requests)
 
     def named_parameters(self):
-        """router, slot<k>.<name> (each active specialist's predictors), fallback.<name>: stable names."""
+        """library (the whole state, see `RoutedState`), router, slot<k>.<name> (each active specialist's
+        predictors), fallback.<name>: stable names."""
+        return [("library", RoutedState(self)), *self._predictor_parameters()]
+
+    def _predictor_parameters(self):
         self.discover()
         out: list[tuple[str, Any]] = [("router", self.router)]
         for name, module in self._predictors.named():
@@ -612,18 +647,18 @@ class RoutedProgram(dspy.Module, Parameter):
     def lm(self) -> Any:
         """The LM every predictor of this program uses when they all use the same one (None otherwise).
         Setting it sets every predictor's (what `dspy.Module.set_lm` on a module holding this one does)."""
-        lms = {id(p.lm): p.lm for _, p in self.named_parameters() if isinstance(p, dspy.Module)}
+        lms = {id(p.lm): p.lm for _, p in self._predictor_parameters() if isinstance(p, dspy.Module)}
         return next(iter(lms.values())) if len(lms) == 1 else None
 
     @lm.setter
     def lm(self, lm: Any) -> None:
-        for _, p in self.named_parameters():
+        for _, p in self._predictor_parameters():
             if isinstance(p, dspy.Module):
                 p.lm = lm
 
     def reset(self) -> None:
         """Reset every predictor (demos, lm); the library is kept (`reset_copy` of a module holding this one)."""
-        for _, p in self.named_parameters():
+        for _, p in self._predictor_parameters():
             if hasattr(p, "reset"):
                 p.reset()
 
@@ -764,6 +799,7 @@ def _discover_cached(pool: SandboxPool, program: Any) -> tuple[PredictRequest, .
     return found
 
 
-__all__ = ["ExportError", "INACTIVE", "PredictorBridge", "RouteRecord", "RoutedProgram", "SpecialistPredictors",
+__all__ = ["ExportError", "INACTIVE", "PredictorBridge", "RouteRecord", "RoutedProgram", "RoutedState",
+           "SpecialistPredictors",
            "SpecialistRuntimeError", "normalise_tools", "parse_slot_answer", "render_specialists", "route_of",
            "shown_source"]

@@ -31,6 +31,7 @@ from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 from dspy_adaptive.data import Row
 from dspy_adaptive.program.library import Library
 from dspy_adaptive.schema import RowResult
+from dspy_adaptive.search.frontier import aggregate_objectives, best_sets
 
 if TYPE_CHECKING:  # pragma: no cover
     from dspy_adaptive.program.routed import RoutedProgram
@@ -123,17 +124,11 @@ class DetailedResults(DspyGEPAResult):
                         outs.append((c, _prediction(res)))
                 best_outputs[i] = outs
 
-        objectives = [_aggregate_objectives(r.values()) for r in results]
+        objectives = [aggregate_objectives(res.objective_scores for res in r.values() if res is not None)
+                      for r in results]
         has_objectives = any(objectives)
-        per_objective_best: dict[str, set[int]] = {}
-        objective_front: dict[str, float] = {}
-        for c, agg in enumerate(objectives):   # gepa's _update_objective_pareto_front, in archive order
-            for name, score in agg.items():
-                prev = objective_front.get(name, float("-inf"))
-                if score > prev:
-                    objective_front[name], per_objective_best[name] = score, {c}
-                elif score == prev:
-                    per_objective_best.setdefault(name, set()).add(c)
+        per_objective_best = best_sets((c, name, v) for c, agg in enumerate(objectives) for name, v in agg.items())
+        objective_front = {name: objectives[min(front)][name] for name, front in per_objective_best.items()}
 
         return cls(
             candidates=candidates,
@@ -160,17 +155,6 @@ def _prediction(res: RowResult) -> dspy.Prediction:
     for k, v in (res.output or {}).items():
         pred[k] = v
     return pred
-
-
-def _aggregate_objectives(results: Any) -> dict[str, float]:
-    """Mean of each objective over the rows that report it (gepa's _aggregate_objective_scores)."""
-    totals: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    for res in results:
-        for name, score in ((res.objective_scores or {}) if res is not None else {}).items():
-            totals[name] = totals.get(name, 0.0) + score
-            counts[name] = counts.get(name, 0) + 1
-    return {name: totals[name] / counts[name] for name in totals}
 
 
 __all__ = ["DetailedResults"]

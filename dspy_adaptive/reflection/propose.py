@@ -93,12 +93,28 @@ class Edit:
         return out
 
 
-def program_contract(input_names: Sequence[str], output_names: Sequence[str], tools: Sequence[str]) -> str:
+def starter_program(input_names: Sequence[str], output_names: Sequence[str],
+                    input_types: Mapping[str, str] | None = None) -> str:
+    """A complete, valid specialist for the contract: one ChainOfThought over the request's inputs (a field
+    holding one of DSPy's types declared with it, e.g. `clock_photo: dspy.Image`, so it reaches the LM as such)."""
+    types = input_types or {}
     args = ", ".join(input_names)
-    outs = ", ".join(f"{o}=..." for o in output_names)
-    sig = f"{', '.join(input_names)} -> {', '.join(output_names)}"
+    sig = f"{', '.join(f'{n}: {types[n]}' if n in types else n for n in input_names)} -> {', '.join(output_names)}"
     call = ", ".join(f"{i}={i}" for i in input_names)
     ret = ", ".join(f"{o}=out.{o}" for o in output_names)
+    return ("class Specialist(dspy.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            f"        self.solve = dspy.ChainOfThought(\"{sig}\", instructions=\"Solve the request step by step.\")\n\n"
+            f"    def forward(self, {args}):\n"
+            f"        out = self.solve({call})\n"
+            f"        return dspy.Prediction({ret})\n")
+
+
+def program_contract(input_names: Sequence[str], output_names: Sequence[str], tools: Sequence[str],
+                     input_types: Mapping[str, str] | None = None) -> str:
+    args = ", ".join(input_names)
+    outs = ", ".join(f"{o}=..." for o in output_names)
     tool_text = ("Tools callable as plain functions: " + ", ".join(f"{t}(...)" for t in tools) + ".") if tools \
         else "No tools are available."
     return (
@@ -114,14 +130,8 @@ def program_contract(input_names: Sequence[str], output_names: Sequence[str], to
         "- Optionally choose the LM profile the predictors run on with one module-level line, "
         "PROFILE = \"fast\" (no extended thinking, cheaper) or PROFILE = \"deep\" (thinking on, more tokens).\n"
         "A complete, valid example to adapt:\n"
-        "class Specialist(dspy.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        f"        self.solve = dspy.ChainOfThought(\"{sig}\", instructions=\"Solve the request step by step.\")\n\n"
-        f"    def forward(self, {args}):\n"
-        f"        out = self.solve({call})\n"
-        f"        return dspy.Prediction({ret})\n"
-        "Return only the Python source."
+        + starter_program(input_names, output_names, input_types)
+        + "Return only the Python source."
     )
 
 
@@ -214,6 +224,7 @@ class Reflector:
         if unusable_programs not in UNUSABLE_PROGRAMS:
             raise ValueError(f"unusable_programs={unusable_programs!r}: expected one of {', '.join(UNUSABLE_PROGRAMS)}")
         self.unusable_programs = unusable_programs
+        self.input_types: dict[str, str] = {}
         self.set_output_names(output_names)
         self.select = dspy.Predict(sig.SelectAction)
         self.activate = dspy.Predict(sig.ActivateSlot)
@@ -224,10 +235,14 @@ class Reflector:
         self.activate_spec, self.rewrite_program_spec = dspy.Predict(activate_spec), dspy.Predict(rewrite_spec)
         self._local = threading.local()   # the current proposal's images (concurrent proposals: one per thread)
 
-    def set_output_names(self, output_names: Sequence[str]) -> None:
-        """The fallback's output fields, which every specialist must also return."""
+    def set_output_names(self, output_names: Sequence[str], input_types: Mapping[str, str] | None = None) -> None:
+        """The fallback's output fields, which every specialist must also return (and the request fields that
+        hold one of DSPy's types, {name: "dspy.Image"}, which the contract's example declares)."""
         self.output_names = tuple(output_names)
-        self.contract = program_contract(self.input_names, self.output_names or ("answer",), self.tools)
+        if input_types is not None:
+            self.input_types = dict(input_types)
+        self.contract = program_contract(self.input_names, self.output_names or ("answer",), self.tools,
+                                         self.input_types)
         self.spec_contract = structured.Contract(self.input_names, self.output_names or ("answer",), self.tools,
                                                  self.tool_args)
 
@@ -401,17 +416,7 @@ class Reflector:
                                             self._activate_code)(parent, slot, traces, note)
             return Edit(action, slot, parent.with_slot(slot, target.activated(description, source, profile)))
         if action == "rewrite_program":
-            if fmt == "structured":
-                shape = self._call(self.rewrite_program_spec, note, dspy.JSONAdapter(), traces=traces,
-                                   description=target.description, program=target.program_source,
-                                   program_contract=structured.spec_contract_text(self.spec_contract)).shape
-                spec = structured.spec_from(shape, self.spec_contract)
-                source = self._checked(structured.render(spec, self.spec_contract, declared_profile(
-                    target.program_source)[0]), structured.answer_text(shape))
-            else:
-                out = self._call(self.rewrite_program, note, traces=traces, description=target.description,
-                                 program=target.program_source, program_contract=self.contract)
-                source = self._checked(strip_code(out.new_program), str(out.new_program or ""))
+            source = self._write_program(target.description, target.program_source, traces, note, fmt)
             return self._changed(parent, action, slot, parent.with_slot(slot, target.with_program(source)))
         # rewrite_description
         out = self._call(self.rewrite_description, note, traces=traces, specialists=render_slots(parent),
@@ -420,6 +425,20 @@ class Reflector:
         if not text or text.upper() == "INACTIVE":
             raise Rejection("bad_output", "rewrite_description returned an empty description", text)
         return self._changed(parent, action, slot, parent.with_slot(slot, target.with_description(text)))
+
+    def _write_program(self, description: str, program: str, traces: str, note: RepairNote | None,
+                       fmt: str | None) -> str:
+        """The reflection LM's rewrite of `program` for a slot described by `description` (checked source)."""
+        if fmt == "structured":
+            shape = self._call(self.rewrite_program_spec, note, dspy.JSONAdapter(), traces=traces,
+                               description=description, program=program,
+                               program_contract=structured.spec_contract_text(self.spec_contract)).shape
+            spec = structured.spec_from(shape, self.spec_contract)
+            return self._checked(structured.render(spec, self.spec_contract, declared_profile(program)[0]),
+                                 structured.answer_text(shape))
+        out = self._call(self.rewrite_program, note, traces=traces, description=description, program=program,
+                         program_contract=self.contract)
+        return self._checked(strip_code(out.new_program), str(out.new_program or ""))
 
     def _activate_code(self, parent: Library, slot: int, traces: str,
                        note: RepairNote | None) -> tuple[str, str, str]:

@@ -3,8 +3,11 @@ programs; validated here, and the reflector they build."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
+
+import dspy
 
 from dspy_adaptive import checks
 from dspy_adaptive.data import InputError
@@ -16,7 +19,9 @@ from dspy_adaptive.reflection.structured import PROPOSAL_FORMATS
 @dataclass(frozen=True)
 class ReflectionSettings:
     """Args (AdaptiveGEPA's names in brackets where they differ):
-        lm (reflection_lm), instruction_proposer, code_proposer: see AdaptiveGEPA's docstring.
+        lm (reflection_lm), instruction_proposer, code_proposer: see AdaptiveGEPA's docstring. `lm` may be None
+            only with a proposer or a component_selector: the run then reflects with the LM configured at
+            compile (`resolved`).
         component_selector: a callable (gepa's ReflectionComponentSelector protocol) that names the component
             to act on, or None: the reflection LM selects each action and its target.
         max_repair_attempts: when a reflection answer is rejected before the gate (the sandbox policy, a compile
@@ -65,17 +70,37 @@ class ReflectionSettings:
         if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 2048):
             raise InputError("reflection_context_tokens must be an integer >= 2048 (the reflection LM's context "
                              f"window in tokens) or None to read it from the LM, got {self.context_tokens!r}")
-        if self.lm is None:
-            extra = (" (also with instruction_proposer: the proposer writes the rewrite actions' text, while the "
-                     "reflection LM selects each action and its target and writes activations)"
-                     if self.instruction_proposer is not None or self.code_proposer is not None else "")
+        if self.lm is None and not self.external:
             raise InputError("reflection_lm is required: pass a strong model, e.g. "
-                             f"reflection_lm=dspy.LM('openai/gpt-5', temperature=1.0){extra}")
+                             "reflection_lm=dspy.LM('openai/gpt-5', temperature=1.0)")
 
     @property
     def external(self) -> bool:
         """dspy.GEPA's hooks write (some of) the edits or choose the targets."""
         return any(x is not None for x in (self.instruction_proposer, self.code_proposer, self.component_selector))
+
+    def resolved(self) -> "ReflectionSettings":
+        """These settings with the LM that reflects in this run: `lm`, or -- with dspy.GEPA's hooks and no
+        reflection_lm, as dspy.GEPA accepts them -- the LM configured now (`dspy.settings.lm`), said once in a
+        warning, since action selection and activations still need an LM."""
+        if self.lm is not None:
+            return self
+        lm = dspy.settings.lm
+        if lm is None:
+            raise InputError("reflection_lm is None and no LM is configured: with instruction_proposer, code_proposer "
+                             "or component_selector the proposer writes the rewrites' text, but an LM still selects "
+                             "each action and its target and writes activations. Pass reflection_lm=dspy.LM(...), or "
+                             "dspy.configure(lm=...) before compile")
+        warnings.warn(f"reflection_lm is None: the configured LM ({getattr(lm, 'model', type(lm).__name__)}) selects "
+                      "each action and its target and writes activations; the proposer you gave writes the rewrites' "
+                      "text. Pass reflection_lm=... to reflect with another LM.", UserWarning, stacklevel=3)
+        return replace(self, lm=lm)
+
+    def proposals_identity(self) -> dict[str, Any]:
+        """What about the proposals changes a run's results (its identity, for resume)."""
+        return {"format": self.proposal_format, "external": self.external,
+                "max_repair_attempts": self.max_repair_attempts, "unusable_programs": self.unusable_programs,
+                "context_tokens": self.context_tokens}
 
     def reflector(self, *, input_names: Sequence[str], tools: Mapping[str, Callable], schedule: Any = None
                   ) -> Reflector:

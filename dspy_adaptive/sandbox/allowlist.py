@@ -92,7 +92,8 @@ def allowed(module: str, name: str) -> bool:
 _NARROW = ("collections", "functools", "json", "string", "typing")
 
 #: The field types a predictor signature may use (sandbox/signature.py's grammar), for prompts.
-SIGNATURE_TYPES = "str, int, float, bool, Any, list[T], dict[str, T], Optional[T], Literal['a', 'b']"
+SIGNATURE_TYPES = ("str, int, float, bool, Any, list[T], dict[str, T], Optional[T], Literal['a', 'b'], and "
+                   "DSPy's dspy.Image, dspy.Audio, dspy.File, dspy.History, dspy.Code, dspy.ToolCalls, dspy.Reasoning")
 
 
 def prompt_text() -> str:

@@ -43,6 +43,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.lm.adapter_memo import lm_context
 from dspy_adaptive.lm.usage import role
+from dspy_adaptive.sandbox.dspy_types import DspyValueError, deserialize, serialize
 from dspy_adaptive.sandbox.reserved import predictor_arguments
 from dspy_adaptive.sandbox.signature import ParsedSignature, SignatureError, conforms, describe_value, parse_signature
 
@@ -147,10 +148,33 @@ def json_size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
+#: DSPy's adapters turn text between these markers into real message parts (an image fetched by the provider):
+#: text a specialist sends must never carry them (dspy.adapters.types.base_type's identifiers share this prefix).
+CUSTOM_TYPE_MARKER = "<<CUSTOM-TYPE-"
+
+
+def _no_custom_type_markers(value: Any, what: str) -> None:
+    """Refuse DSPy's custom-type markers anywhere in a specialist's text (an image or file smuggled into an LM
+    call as text would be fetched by the provider: a channel out of the sandbox)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if CUSTOM_TYPE_MARKER in v:
+                raise BridgeRefused(f"{what} carry DSPy's custom-type marker ({CUSTOM_TYPE_MARKER}...): send an "
+                                    "image or file as a field declared with its DSPy type, never inside text")
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
 def _check_arguments(args: Any, *, what: str, limits: BridgeLimits) -> dict[str, Any]:
     if not isinstance(args, dict):
         raise BridgeRefused(f"{what} arguments must be keyword arguments")
     check_plain(args, what=f"{what} arguments", max_depth=limits.max_json_depth)
+    _no_custom_type_markers(args, f"{what} arguments")
     size = json_size(args)
     if size > limits.max_argument_bytes:
         raise BridgeRefused(f"{what} arguments are {size} bytes as JSON (at most {limits.max_argument_bytes})")
@@ -177,6 +201,7 @@ def parse_predict(msg: Mapping[str, Any], limits: BridgeLimits | None = None) ->
         if len(instructions) > limits.max_instructions_chars:
             raise BridgeRefused(f"predictor {name!r}: instructions are {len(instructions)} characters long "
                                 f"(at most {limits.max_instructions_chars})")
+        _no_custom_type_markers(instructions, f"predictor {name!r}: instructions")
     inputs = _check_arguments(msg.get("inputs"), what=f"predictor {name!r}", limits=limits)
     unknown = [k for k in inputs if k not in sig.input_names]
     if unknown:
@@ -193,6 +218,17 @@ def parse_predict(msg: Mapping[str, Any], limits: BridgeLimits | None = None) ->
             raise BridgeRefused(f"predictor {name!r}: input {f.name!r} is declared {f.type_text} but got "
                                 f"{describe_value(value)}; pass a {f.type_text} or declare the field's type")
     return PredictRequest(name, kind, sig, instructions, inputs)
+
+
+def typed_inputs(request: PredictRequest) -> dict[str, Any]:
+    """A request's inputs, each field declared with a DSPy type as that type (`dspy_types.deserialize`);
+    BridgeRefused when a value is not one."""
+    types = {f.name: f.type for f in request.signature.inputs}
+    try:
+        return {k: deserialize(types[k], v, what=f"predictor {request.name!r}: input {k!r}")
+                for k, v in request.inputs.items()}
+    except DspyValueError as e:
+        raise BridgeRefused(str(e)) from None
 
 
 def parse_tool(msg: Mapping[str, Any], tool_names: tuple[str, ...],
@@ -230,10 +266,11 @@ def sandbox_error_text(exc: BaseException, what: str) -> str:
 
 def to_plain(value: Any, *, max_depth: int = 16) -> Any:
     """A host value as plain JSON data for the sandbox: Predictions and mappings become dicts, tuples
-    become lists; other objects become their str() (a tool's own result type). Never a host object."""
+    become lists, DSPy's types their fields' data (`dspy_types.serialize`: an Image {"url": ...}); other
+    objects become their str() (a tool's own result type). Never a host object."""
     if hasattr(value, "toDict") and callable(value.toDict):
         value = value.toDict()
-    return json.loads(json.dumps(value, default=str, ensure_ascii=False))
+    return json.loads(json.dumps(serialize(value), default=str, ensure_ascii=False))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -361,8 +398,9 @@ class PredictorBridge:
 
     def predict(self, request: PredictRequest) -> dict[str, Any]:
         predictor = self._predictor(request)
+        inputs = typed_inputs(request)
         with lm_context(self.lm), role(self.role_name):
-            pred = predictor(**request.inputs)
+            pred = predictor(**inputs)
         return {k: pred[k] for k in pred.keys()}
 
     def tool(self, request: ToolRequest) -> Any:

@@ -171,6 +171,11 @@ class SandboxPool:
                  limits: BridgeLimits = DEFAULT_LIMITS, prepared: int | None = None, max_idle: float = MAX_IDLE):
         if max_workers < 1:
             raise ValueError("max_workers must be >= 1")
+        self._settings = dict(max_workers=max_workers, timeout=timeout, call_timeout=call_timeout,
+                              memory_mb=memory_mb, max_output_bytes=max_output_bytes,
+                              max_predictor_calls=max_predictor_calls, tool_names=tuple(tool_names),
+                              max_tool_calls=max_tool_calls, recursion_limit=recursion_limit, start_method=start_method,
+                              isolation=isolation, layers=layers, limits=limits)
         if start_method not in ("auto", "forkserver", "spawn"):
             raise ValueError(f"start_method must be 'auto', 'forkserver' or 'spawn', got {start_method!r}")
         if isolation not in ISOLATION_MODES:
@@ -306,6 +311,14 @@ class SandboxPool:
     def close(self) -> None:
         self._closed = True
         self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def renewed(self) -> "SandboxPool":
+        """A new, open pool with this pool's settings (for a program still holding this one after it closed)."""
+        return SandboxPool(**self._settings)
 
     def __enter__(self) -> "SandboxPool":
         return self

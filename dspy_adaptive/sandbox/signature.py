@@ -5,9 +5,11 @@ that text to DSPy.
 Why our own grammar: DSPy's string signatures resolve a field's type by looking names up in the
 caller's stack frames and importing modules (`dspy.Signature("q: os.environ -> a")` hands out the
 host's environment; `"q: row.example -> a"` read the gold label of the row being scored). Here a
-type is one of a handful of plain types, spelled with plain identifiers -- no dots, no calls, no
-attribute chains, no evaluation of any kind -- and the host builds the Signature from the parsed
-fields (`bridge.host_signature`).
+type is one of a handful of plain types or one of DSPy's own types from a fixed list of names
+(`dspy_types.DSPY_TYPE_NAMES`: Image, Audio, File, History, Code, ToolCalls, Reasoning; the only dotted
+spelling is that list's `dspy.` prefix) -- no calls, no other attribute chains, no evaluation of any
+kind -- and the host builds the Signature from the parsed fields (`bridge.host_signature`). Values of
+DSPy's types cross the bridge as plain data (`dspy_types.serialize` / `deserialize`).
 
     signature := [fields] "->" fields
     fields    := field ("," field)*
@@ -18,11 +20,14 @@ fields (`bridge.host_signature`).
                | ("dict" | "Dict") ["[" "str" "," type "]"]
                | "Optional" "[" type "]"
                | "Literal" "[" literal ("," literal)* "]"
+               | ["dspy" "."] DSPYTYPE                  # Image | Audio | File | History | Code | ToolCalls
+               | ["dspy" "."] "Code" "[" language "]"    #   | Reasoning; canonical text "dspy.Image"
     literal   := a quoted string without quotes, backslashes or newlines (<= 100 chars) | an integer
+    language  := a quoted name of 1-20 letters, digits and +#._- ("python", 'c++')
 
 NAME is an ASCII identifier that does not start with "_" (at most 64 characters), is not a Python
-keyword and does not shadow an attribute of dspy.Signature. Nesting is at most 4 deep. Pure and
-standalone: stdlib only.
+keyword and does not shadow an attribute of dspy.Signature. Nesting is at most 4 deep. Pure: nothing but
+the stdlib and, for DSPy's types, their classes (`dspy_types`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ import re
 import typing
 from dataclasses import dataclass
 from typing import Any
+
+from dspy_adaptive.sandbox.dspy_types import CODE_LANGUAGE, DSPY_TYPE_NAMES, dspy_type, is_dspy_type
 
 MAX_SIGNATURE_CHARS = 4000
 MAX_FIELDS = 24
@@ -55,7 +62,7 @@ RESERVED = frozenset({
 
 _SIMPLE = {"str": str, "int": int, "float": float, "bool": bool, "Any": typing.Any, "None": type(None)}
 _TOKEN = re.compile(r"""\s*(?:(?P<arrow>->)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<int>-?[0-9]{1,18})
-                       |(?P<str>'[^'"\\\n]{0,100}'|"[^'"\\\n]{0,100}")|(?P<punct>[\[\],:|]))""", re.X)
+                       |(?P<str>'[^'"\\\n]{0,100}'|"[^'"\\\n]{0,100}")|(?P<punct>[\[\],:|.]))""", re.X)
 
 
 class SignatureError(ValueError):
@@ -177,6 +184,14 @@ class _Parser:
             raise SignatureError(f"expected a type at position {pos} of signature {_clip(self.text)!r}")
         if name in _SIMPLE:
             return _SIMPLE[name], name
+        if name == "dspy" and (tok := self.peek()) is not None and tok[1] == ".":
+            self.take(".")
+            _, name, pos = self.take(kind="name")
+            if name not in DSPY_TYPE_NAMES:
+                raise SignatureError(f"dspy.{_clip(name, 40)} is not one of DSPy's types a signature may name "
+                                     f"({', '.join(DSPY_TYPE_NAMES)})")
+        if name in DSPY_TYPE_NAMES:
+            return self.dspy_atom(name)
         if name in ("list", "List"):
             if self._opens():
                 inner, text = self.type(depth + 1)
@@ -208,7 +223,19 @@ class _Parser:
             return typing.Literal[tuple(values)], "Literal[" + ", ".join(repr(v) for v in values) + "]"
         raise SignatureError(
             f"type {_clip(name, 40)!r} is not allowed in signature {_clip(self.text)!r} (allowed: str, int, float, "
-            "bool, Any, list[T], dict[str, T], Optional[T], T | None, Literal['a', 'b'])")
+            "bool, Any, list[T], dict[str, T], Optional[T], T | None, Literal['a', 'b'], and DSPy's "
+            + ", ".join(f"dspy.{n}" for n in DSPY_TYPE_NAMES) + ")")
+
+    def dspy_atom(self, name: str) -> tuple[Any, str]:
+        if name == "Code" and self._opens():
+            kind, value, pos = self.take()
+            language = value[1:-1] if kind == "str" else ""
+            if not CODE_LANGUAGE.match(language):
+                raise SignatureError(f"dspy.Code[...] takes a quoted language name of 1-20 letters, digits and "
+                                     f"+#._- (position {pos})")
+            self.take("]")
+            return dspy_type(name, language), f"dspy.Code[{language!r}]"
+        return dspy_type(name), f"dspy.{name}"
 
     def _opens(self) -> bool:
         tok = self.peek()
@@ -255,9 +282,12 @@ def parse_signature(text: Any, reserved: frozenset[str] = frozenset()) -> Parsed
 # ------------------------------------------------------------------------------------------ values
 def conforms(value: Any, typ: Any) -> bool:
     """Whether a plain JSON value fits a type this grammar builds (as DSPy's own input check reads it, with
-    two allowances for JSON: an integer fits `float`, and a list of strings fits `str`, as DSPy accepts)."""
+    two allowances for JSON: an integer fits `float`, and a list of strings fits `str`, as DSPy accepts; a
+    DSPy type's value is its plain data, which `dspy_types.deserialize` validates with DSPy's own validator)."""
     if typ is typing.Any:
         return True
+    if is_dspy_type(typ):                   # its plain data; DSPy's own validator checks it (dspy_types)
+        return isinstance(value, (dict, list, str))
     if typ is type(None) or typ is None:
         return value is None
     if typ is str:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 from dspy_adaptive.program.library import Library
 from dspy_adaptive.schema import RowResult, ancestors
+from dspy_adaptive.search.frontier import frontier
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class Candidate:
     selected: dict[str, int | None]  # validation row id -> router selection
     discovered_at: int               # budget spent when it entered the archive
     iteration: int
+    objective_scores: dict[str, dict[str, float]] = field(default_factory=dict)   # row id -> the metric's
+    #                                                    objective_scores on it (rows without any left out)
 
     @property
     def val_mean(self) -> float:
@@ -31,21 +34,25 @@ class Candidate:
         return {"index": self.index, "library": self.library.to_dict(), "parents": list(self.parents),
                 "origin": self.origin, "scores": self.scores, "executed": self.executed,
                 "selected": self.selected, "discovered_at": self.discovered_at, "iteration": self.iteration,
-                "val_mean": self.val_mean, "hash": self.library.content_hash}
+                "val_mean": self.val_mean, "hash": self.library.content_hash,
+                **({"objective_scores": self.objective_scores} if self.objective_scores else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Candidate":
         return cls(index=d["index"], library=Library.from_dict(d["library"]), parents=tuple(d["parents"]),
                    origin=d["origin"], scores=dict(d["scores"]), executed=dict(d["executed"]),
-                   selected=dict(d["selected"]), discovered_at=d["discovered_at"], iteration=d["iteration"])
+                   selected=dict(d["selected"]), discovered_at=d["discovered_at"], iteration=d["iteration"],
+                   objective_scores={k: dict(v) for k, v in (d.get("objective_scores") or {}).items()})
 
 
 @dataclass
 class Archive:
-    """Append-only list of candidates; index = position."""
+    """Append-only list of candidates; index = position. `frontier_type` is gepa's: which Pareto frontier
+    parent selection and merges read (`search.frontier`)."""
 
     row_ids: tuple[str, ...]
     candidates: list[Candidate] = field(default_factory=list)
+    frontier_type: str = "instance"
 
     def __len__(self) -> int:
         return len(self.candidates)
@@ -58,7 +65,8 @@ class Archive:
         cand = Candidate(
             index=len(self.candidates), library=library, parents=tuple(parents), origin=origin,
             scores={r.row_id: r.score for r in results}, executed={r.row_id: r.executed for r in results},
-            selected={r.row_id: r.selected for r in results}, discovered_at=discovered_at, iteration=iteration)
+            selected={r.row_id: r.selected for r in results}, discovered_at=discovered_at, iteration=iteration,
+            objective_scores={r.row_id: dict(r.objective_scores) for r in results if r.objective_scores})
         self.candidates.append(cand)
         return cand
 
@@ -75,15 +83,24 @@ class Archive:
             fronts[rid] = {c.index for c in self.candidates if c.scores[rid] == best}
         return fronts
 
+    def frontier(self) -> dict[Hashable, set[int]]:
+        """The frontier parent selection and merges read: `frontier_type`'s (the per-row one by default)."""
+        if self.frontier_type == "instance":
+            return self.pareto_fronts()
+        return frontier(self.frontier_type, [c.scores for c in self.candidates],
+                        [c.objective_scores for c in self.candidates], self.row_ids)
+
     def as_of(self, iteration: int) -> "Archive":
         """The archive as the iterations before `iteration` left it: later candidates keep their place (indices
         are positions) but are masked -- scored -inf on every row, so they are on no front and never the best."""
         masked = [c if c.iteration < iteration else
                   Candidate(index=c.index, library=c.library, parents=c.parents, origin=c.origin,
                             scores=dict.fromkeys(c.scores, float("-inf")), executed={}, selected={},
-                            discovered_at=c.discovered_at, iteration=c.iteration)
+                            discovered_at=c.discovered_at, iteration=c.iteration,
+                            objective_scores={r: dict.fromkeys(o, float("-inf"))
+                                              for r, o in c.objective_scores.items()})
                   for c in self.candidates]
-        return Archive(self.row_ids, masked)
+        return Archive(self.row_ids, masked, self.frontier_type)
 
     def visible_as_of(self, iteration: int) -> int:
         """How many candidates the iterations before `iteration` archived."""

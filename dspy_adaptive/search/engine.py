@@ -1,6 +1,6 @@
 """The search loop (paper Algorithm 1). One iteration reads top to bottom:
 
-    select    parent = Pareto selection over the archive
+    select    parent = Pareto selection over the archive (gepa's frontier of `frontier_type`)
     run       minibatch from the FEEDBACK set, executed with traces
     reflect   two LM calls: choose an action + target, then perform the edit
     gate      the child must strictly beat the parent's sum on the same minibatch
@@ -30,12 +30,14 @@ from dspy_adaptive.merge.settings import MergeSettings
 from dspy_adaptive.program.library import Library
 from dspy_adaptive.reflection.propose import Reflector
 from dspy_adaptive.reflection.traces import recent_history
+from dspy_adaptive.sandbox.dspy_types import field_types
 from dspy_adaptive.schema import ProposalRecord, RowResult
 from dspy_adaptive.search import gate
 from dspy_adaptive.search.archive import Archive, Candidate
 from dspy_adaptive.search.budget import Budget
 from dspy_adaptive.search.checkpoint import CheckpointStore
 from dspy_adaptive.search.evaluate import Evaluator
+from dspy_adaptive.search.frontier import require_objectives
 from dspy_adaptive.search.inflight import Job, JobOutcome
 from dspy_adaptive.search.progress import SearchProgress
 from dspy_adaptive.search.sampling import BatchSampler, sample_minibatch
@@ -74,7 +76,7 @@ class SearchEngine:
         self.reflector, self.sampler = reflector, sampler
         self.selector = make_selector(settings.candidate_selection)
         self.merger = merge.proposer()
-        self.archive = Archive(tuple(r.id for r in val))
+        self.archive = Archive(tuple(r.id for r in val), frontier_type=settings.frontier_type)
         self.rng = random.Random(settings.seed)
         self.iteration = 0
         self.proposals: list[ProposalRecord] = []
@@ -164,7 +166,8 @@ class SearchEngine:
         validation resumes with the rows it has, replayed, not run again)."""
         self.progress.note("validating the seed")
         results = self.evaluator.evaluate(self.seed_library, self.val, "seed_validation", tag=0)
-        self.archive.add(self.seed_library, (), "seed", results, self.budget.spent, 0)
+        seed = self.archive.add(self.seed_library, (), "seed", results, self.budget.spent, 0)
+        require_objectives(self.s.frontier_type, seed.objective_scores)   # gepa's check, on the seed
         self.committed.add(0)
         self.lost_calls += self.evaluator.replay.expire(upto=0)
         self._checkpoint()
@@ -175,7 +178,7 @@ class SearchEngine:
         parent = self.archive[self.selector.select(self.archive, self.rng)]                       # select
         idx = sample_minibatch(self.sampler, [r.example for r in self.train], self.s.minibatch_size, self.rng)
         if not self.reflector.output_names:
-            self.reflector.set_output_names(self._output_names())
+            self.reflector.set_output_names(self._output_names(), field_types(self.train[0].inputs))
         lineage = self.archive.ancestors(parent.index) | {parent.index}
         return Job(self.iteration, parent, tuple(self.train[i] for i in idx),
                    recent_history(self.proposals, lineage, self.s.history_size), archive_size=len(self.archive))
@@ -341,7 +344,8 @@ class SearchEngine:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = state["iteration"]
-        self.archive = Archive(tuple(r.id for r in self.val), [Candidate.from_dict(c) for c in state["archive"]])
+        self.archive = Archive(tuple(r.id for r in self.val), [Candidate.from_dict(c) for c in state["archive"]],
+                               frontier_type=self.s.frontier_type)
         self.budget.restore(state["budget"], state.get("idle_iterations", 0))
         self.rng.setstate(_rng_from_json(state["rng"]))
         self.proposals = [ProposalRecord.from_dict(p) for p in state["proposals"]]

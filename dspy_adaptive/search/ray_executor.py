@@ -14,12 +14,24 @@ returned nothing, so nothing of it was charged or logged.
 
 With the same seed and an LM whose answers depend only on the prompt, the results equal the thread
 executor's: each row is scored by the same function on the same program, and results come back in row order.
+
+What the actors receive -- the metric, the student, the LMs, the adapter, the tools -- is checked before Ray
+starts: anything that cannot be pickled is refused naming it and what to do (`refuse_unpicklable`), before
+any LM call. The modules those objects are defined in, when they are the user's own rather than installed
+packages (`user_modules`: a metric in `my_metric.py` next to the script, a package on a path the driver
+added), are shipped to the actors: as Ray's runtime_env `py_modules` of the Ray this executor starts (a
+local one, or a cluster at `address`), or -- with a Ray already started by the caller, whose runtime_env is
+fixed -- pickled by value (cloudpickle's `register_pickle_by_value`) for the run.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import sysconfig
 import time
-from typing import Any, Callable, Sequence
+import types
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from dspy_adaptive.data import InputError, Row
 from dspy_adaptive.program.library import Library
@@ -36,6 +48,70 @@ def require_ray() -> Any:
         raise InputError('executor="ray" needs Ray, an optional extra: pip install -e ".[ray]" (or pip install ray); '
                          'executor="threads" (the default) needs nothing') from None
     return ray
+
+
+#: Packages whose modules the actors have installed: never shipped (this one included: RowActor lives here).
+_INSTALLED_ROOTS = ("dspy_adaptive", "dspy", "ray", "gepa", "litellm", "pydantic")
+
+
+def _installed_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} | {sys.prefix, sys.base_prefix}
+    return tuple(os.path.realpath(d) + os.sep for d in dirs if d)
+
+
+def _module_of(obj: Any) -> str | None:
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    if isinstance(obj, (type, types.FunctionType, types.MethodType)):
+        return getattr(obj, "__module__", None)
+    return type(obj).__module__
+
+
+def user_modules(objects: Iterable[Any]) -> list[types.ModuleType]:
+    """The top-level modules or packages defining `objects` (or their classes) that are the user's own: not
+    `__main__` (pickled by value anyway), not built in, not installed (under the interpreter's prefix or
+    site-packages), not this package or the libraries the actors run."""
+    installed, out = _installed_dirs(), {}
+    for obj in objects:
+        name = _module_of(obj)
+        if not name or name == "__main__" or name.split(".")[0] in _INSTALLED_ROOTS:
+            continue
+        root = sys.modules.get(name.split(".")[0])
+        path = getattr(root, "__file__", None)
+        if root is None or not path or os.path.realpath(path).startswith(installed):
+            continue
+        out[root.__name__] = root
+    return list(out.values())
+
+
+def _describe(obj: Any) -> str:
+    """A short name for an object in an error: an LM by its model, a function by its qualified name."""
+    if getattr(obj, "model", None) is not None:
+        return f"{type(obj).__name__}(model={obj.model!r})"
+    name = getattr(obj, "__qualname__", None)
+    if name is not None:
+        return f"{getattr(obj, '__module__', '?')}.{name}"
+    shown = repr(obj)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def refuse_unpicklable(named: Mapping[str, Any]) -> None:
+    """InputError naming the first of `named` ({what: object}) that cannot be pickled for the actors."""
+    ray = require_ray()
+    for what, obj in named.items():
+        if obj is None:
+            continue
+        try:
+            ray.cloudpickle.dumps(obj)
+        except Exception as e:  # noqa: BLE001 - whatever the pickler raises, the message says what and why
+            shown = _describe(obj)
+            raise InputError(
+                f'executor="ray" sends the {what} ({shown}) to every Ray actor, but it cannot be pickled '
+                f"({type(e).__name__}: {str(e)[:200]}). Make it picklable -- keep no open client, lock, thread, "
+                "file or generator in its attributes (create them on first use, or give its class "
+                "__getstate__/__setstate__ that drop and recreate them) -- or run with executor=\"threads\"."
+            ) from None
 
 
 class RowActor:
@@ -81,6 +157,7 @@ class RayExecutor:
         failure_score: the score of a row that could not be run.
         max_retries: how many times a dead actor's rows are run again on a replacement.
         on_usage: called with each chunk's LM usage snapshot (per role).
+        ship: the user's modules the actors need (`user_modules`), shipped as the module docstring says.
     """
 
     last_startup_s: float = 0.0
@@ -88,11 +165,18 @@ class RayExecutor:
     def __init__(self, build: Callable[[], Any], *, num_actors: int = 2, address: str | None = None,
                  settings: dict[str, Any] | None = None, failure_score: float = 0.0, max_retries: int = 2,
                  on_usage: Callable[[dict[str, Any]], None] | None = None, num_cpus: int | None = None,
-                 route_memo: Callable[[], RouteMemo | None] | None = None):
+                 route_memo: Callable[[], RouteMemo | None] | None = None, ship: Sequence[types.ModuleType] = ()):
         self.ray = require_ray()
+        self.by_value: tuple[types.ModuleType, ...] = ()
         if not self.ray.is_initialized():
             self.ray.init(address=address, num_cpus=num_cpus if address is None else None,
-                          include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+                          include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+                          runtime_env={"py_modules": list(ship)} if ship else None)
+        else:                                   # its runtime_env is the caller's: ship by value instead
+            known = self.ray.cloudpickle.list_registry_pickle_by_value()
+            self.by_value = tuple(m for m in ship if m.__name__ not in known)
+            for module in self.by_value:
+                self.ray.cloudpickle.register_pickle_by_value(module)
         self._actor_cls = self.ray.remote(num_cpus=0)(RowActor)
         self._build, self._settings = build, dict(settings or {})
         self.failure_score, self.max_retries, self.on_usage = failure_score, max_retries, on_usage
@@ -166,6 +250,9 @@ class RayExecutor:
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self.actors = []
+        for module in self.by_value:
+            self.ray.cloudpickle.unregister_pickle_by_value(module)
+        self.by_value = ()
 
 
-__all__ = ["RayExecutor", "RowActor", "require_ray"]
+__all__ = ["RayExecutor", "RowActor", "refuse_unpicklable", "require_ray", "user_modules"]

@@ -1,4 +1,7 @@
-"""Select step: which archived candidate to improve next (one small Protocol; gepa's four strategies)."""
+"""Select step: which archived candidate to improve next (one small Protocol; gepa's four strategies).
+
+The Pareto strategies read the archive's frontier of the run's `frontier_type` (gepa's instance, objective,
+hybrid or cartesian frontier: `search.frontier`), as gepa's selectors read `state.get_pareto_front_mapping()`."""
 
 from __future__ import annotations
 
@@ -21,17 +24,17 @@ class CandidateSelector(Protocol):
 
 
 class ParetoSelector:
-    """GEPA's rule: drop dominated candidates from the per-row best sets, sample by frequency."""
+    """GEPA's rule: drop dominated candidates from the frontier's best sets, sample by frequency."""
 
     pushed_out = "left the Pareto front"
 
     def select(self, archive: Archive, rng: random.Random) -> int:
         scores = [c.val_mean for c in archive.candidates]
-        return select_program_candidate_from_pareto_front(archive.pareto_fronts(), scores, rng)
+        return select_program_candidate_from_pareto_front(archive.frontier(), scores, rng)
 
     def selectable(self, archive: Archive) -> set[int]:
         scores = [c.val_mean for c in archive.candidates]
-        fronts = remove_dominated_programs(archive.pareto_fronts(), scores=scores)
+        fronts = remove_dominated_programs(archive.frontier(), scores=scores)
         return set().union(*fronts.values()) if fronts else set()
 
 
@@ -76,7 +79,7 @@ class TopKParetoSelector:
     def _fronts(self, archive: Archive) -> tuple[dict[str, set[int]], list[float]]:
         scores = [c.val_mean for c in archive.candidates]
         top = set(sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)[: self.k])
-        fronts = {rid: front & top for rid, front in archive.pareto_fronts().items() if front & top}
+        fronts = {rid: front & top for rid, front in archive.frontier().items() if front & top}
         return fronts, scores
 
     def select(self, archive: Archive, rng: random.Random) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 from dspy_adaptive import checks
 from dspy_adaptive.data import InputError
+from dspy_adaptive.search.frontier import FRONTIER_TYPES
 from dspy_adaptive.search.select import SELECTORS
 
 #: k > 1: "start" folds proposals in the order they started (a seeded run is reproducible at any k);
@@ -39,6 +40,10 @@ class SearchSettings:
             then depends on thread timing).
         candidate_selection (candidate_selection_strategy): "pareto", "current_best", "epsilon_greedy" or
             "top_k_pareto".
+        frontier_type (gepa_kwargs["frontier_type"]): the Pareto frontier "pareto" and "top_k_pareto" selection
+            and merges read, as gepa keeps it: "instance" (per validation row; the default), or, for a metric
+            returning `objective_scores`, "objective" (per objective), "hybrid" (both) or "cartesian" (per row
+            and objective); see `search.frontier`.
     """
 
     minibatch_size: int = 3
@@ -49,12 +54,14 @@ class SearchSettings:
     max_concurrent_proposals: int = 1
     fold_order: str = "start"
     candidate_selection: str = "pareto"
+    frontier_type: str = "instance"
 
     def __post_init__(self) -> None:
         checks.integer("reflection_minibatch_size", self.minibatch_size)
         checks.integer("max_concurrent_proposals", self.max_concurrent_proposals)
         checks.integer("history_size", self.history_size, minimum=0)
         checks.one_of("fold_order", self.fold_order, FOLD_ORDERS)
+        checks.one_of("gepa_kwargs['frontier_type']", self.frontier_type, FRONTIER_TYPES)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise InputError(f"seed must be an integer or None, got {self.seed!r}")
         if self.candidate_selection not in SELECTORS:

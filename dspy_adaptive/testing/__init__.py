@@ -100,6 +100,13 @@ def format_fields(fields: Mapping[str, Any], json_mode: bool = False) -> str:
     return "\n\n".join(parts)
 
 
+def _text(message: Any) -> str:
+    """A message's text: its text parts in order (an image or other media part contributes nothing)."""
+    if message.text is not None:
+        return message.text
+    return "".join(getattr(p, "text", None) or "" for p in (message.parts or ()))
+
+
 class ScriptedEngine:
     """A dspy engine (`complete(Request) -> Response`) driven by a Python responder."""
 
@@ -123,7 +130,7 @@ class ScriptedEngine:
     def complete(self, request: Any) -> Response:
         system = request.system if isinstance(request.system, str) else "".join(
             p.text for p in (request.system or []))
-        messages = tuple({"role": m.role, "content": m.text or ""} for m in request.messages)
+        messages = tuple({"role": m.role, "content": _text(m)} for m in request.messages)
         last = messages[-1]["content"] if messages else ""
         call = ScriptedCall(system=system or "", messages=messages,
                             json_mode=request.config.response_format is not None

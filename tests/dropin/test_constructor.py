@@ -64,7 +64,7 @@ def test_replaced_mechanisms_raise_one_clear_error(name, value, words):
     ({"reflection_prompt_template": "x"}, "reflection_prompt_template"),
     ({"stop_callbacks": []}, "max_metric_calls"),
     ({"seed": 3}, r"AdaptiveGEPA\(seed=...\)"),
-    ({"frontier_type": "objective"}, "per-instance"),
+    ({"frontier_type": "pareto"}, "not one of gepa.s frontiers"),
     ({"no_such_key": 1}, "not an argument of gepa.optimize"),
 ])
 def test_gepa_kwargs_without_counterpart_raise_clearly(kwargs, words):
@@ -174,12 +174,15 @@ def test_instruction_and_code_proposers_write_the_rewrite_actions():
 
     def instruction_proposer(candidate, reflective_dataset, components_to_update):
         calls.append(("instruction", dict(candidate), dict(reflective_dataset), list(components_to_update)))
-        return dict.fromkeys(components_to_update, "Route every 'add:' request to slot 1.")
+        text = toy.ARITH_DESCRIPTION if components_to_update[0].endswith("description") else \
+            "Route every 'add:' request to slot 1."
+        return dict.fromkeys(components_to_update, text)
 
     def code_proposer(candidate, reflective_dataset, components_to_update, task_descriptions, context_blurbs):
         calls.append(("code", dict(candidate), dict(reflective_dataset), list(components_to_update),
                       dict(task_descriptions), dict(context_blurbs)))
-        return dict.fromkeys(components_to_update, "```python\n" + toy.ADD_SOURCE + "\n# from the code proposer\n```")
+        n = sum(c[0] == "code" for c in calls)       # a new text each time (an activation is written by it too)
+        return dict.fromkeys(components_to_update, f"```python\n{toy.ADD_SOURCE}\n# from the code proposer {n}\n```")
 
     state = {"n": 0}
 
@@ -206,8 +209,10 @@ def test_instruction_and_code_proposers_write_the_rewrite_actions():
     assert records and set(records[0]) == {"Inputs", "Generated Outputs", "Feedback"}
     assert set(records[0]["Inputs"]) == {"question"}                 # inputs only: labels never reach a proposer
     assert code[4] == {"slot1.program": toy.ARITH_DESCRIPTION} and "dspy.Module" in code[5]["slot1.program"]
-    instruction = next(c for c in calls if c[0] == "instruction")
-    assert instruction[3] == ["router"]
+    activation = next(c for c in calls if c[0] == "instruction")        # the new slot's description first
+    assert activation[3] == ["slot1.description"] and activation[1]["slot1.description"] == ""
+    assert "dspy.ChainOfThought(" in activation[1]["slot1.program"]     # the starter its program is written from
+    assert ["router"] in [c[3] for c in calls if c[0] == "instruction"]
     rewrites = [p for p in res.proposals if p["action"] in ("rewrite_program", "rewrite_router")]
     assert rewrites and all(p["child_hash"] is not None and p["failure"] in (None, "gate", "no_change")
                             for p in rewrites)

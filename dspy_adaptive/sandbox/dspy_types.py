@@ -1,0 +1,142 @@
+"""DSPy's own types in specialist signatures, and their values across the bridge.
+
+A specialist may declare `clock_photo: dspy.Image -> hour: int`. The grammar (signature.py) knows DSPy's types
+as a fixed list of names, `DSPY_TYPE_NAMES`, spelled `dspy.Image` or `Image` (`dspy.Code['python']` with a
+short language name): the name picks the class from this list, nothing is looked up by the text or evaluated.
+Their values cross the bridge as plain JSON data, never as host objects:
+
+* host -> sandbox (`serialize`): a DSPy value becomes its fields' data -- an Image `{"url": ...}` (a URL or a
+  data URI), Audio `{"data": ..., "audio_format": ...}`, a History `{"messages": [...]}`, Code `{"code": ...}`,
+  ToolCalls `{"tool_calls": [{"name", "args", ...}], ...}` -- inside dicts and lists too; other values are
+  left as they are;
+* sandbox -> host (`deserialize`): a value sent for a field declared with a DSPy type is validated into that
+  type by pydantic with DSPy's own validators (an Image takes a URL or a data URI; a local path is refused:
+  DSPy reads files only through `Image.from_path`), and a File carries its data inline (a provider file id,
+  which would let a specialist make the host LM read any file of the account, is refused). Anything else is
+  refused with a message safe to show the sandbox.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import typing
+from typing import Any, Mapping
+
+import pydantic
+
+#: DSPy's types a specialist signature may name (dspy.Tool, which holds a host function, is not one of them).
+DSPY_TYPE_NAMES = ("Image", "Audio", "File", "History", "Code", "ToolCalls", "Reasoning")
+#: A Code type's language: `dspy.Code['python']`.
+CODE_LANGUAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9+#._-]{0,19}\Z")
+
+
+class DspyValueError(ValueError):
+    """A value for a DSPy-typed field that is not one. The message is ours and safe to send into the sandbox."""
+
+
+@functools.cache
+def _classes() -> dict[str, type]:
+    import dspy
+
+    return {name: getattr(dspy, name) for name in DSPY_TYPE_NAMES}
+
+
+def dspy_type(name: str, language: str | None = None) -> type:
+    """The DSPy class named `name` (one of DSPY_TYPE_NAMES); with `language`, `dspy.Code[language]`."""
+    cls = _classes()[name]
+    if language is None:
+        return cls
+    if name != "Code" or not CODE_LANGUAGE.match(language):
+        raise ValueError(f"{name}[{language!r}] is not a DSPy type of the grammar")
+    return _code_for(language)
+
+
+@functools.lru_cache(maxsize=64)
+def _code_for(language: str) -> type:
+    return _classes()["Code"][language]
+
+
+def is_dspy_type(typ: Any) -> bool:
+    """Whether `typ` is one of the grammar's DSPy types (a Code[language] included)."""
+    return isinstance(typ, type) and issubclass(typ, tuple(_classes().values()))
+
+
+def _is_dspy_value(value: Any) -> bool:
+    return isinstance(value, tuple(_classes().values()))
+
+
+def _fields(value: Any) -> Any:
+    if isinstance(value, pydantic.BaseModel):
+        return {name: _fields(getattr(value, name)) for name in type(value).model_fields}
+    if isinstance(value, dict):
+        return {k: _fields(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_fields(v) for v in value]
+    return value
+
+
+def serialize(value: Any) -> Any:
+    """`value` with every DSPy value in it (at any depth of dicts and lists) as its fields' plain data."""
+    if _is_dspy_value(value):
+        return _fields(value)
+    if isinstance(value, dict):
+        return {k: serialize(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [serialize(v) for v in value]
+    return value
+
+
+def involves(annotation: Any) -> bool:
+    """Whether a field type mentions a DSPy type (`dspy.Image`, `list[dspy.Image]`, `Optional[dspy.Code]`...)."""
+    if isinstance(annotation, type) and issubclass(annotation, tuple(_classes().values())):
+        return True
+    return any(involves(a) for a in typing.get_args(annotation))
+
+
+@functools.lru_cache(maxsize=256)
+def _adapter(annotation: Any) -> pydantic.TypeAdapter:
+    return pydantic.TypeAdapter(annotation)
+
+
+def _file_ids(value: Any) -> bool:
+    if isinstance(value, _classes()["File"]):
+        return value.file_id is not None
+    if isinstance(value, (list, tuple)):
+        return any(_file_ids(v) for v in value)
+    if isinstance(value, dict):
+        return any(_file_ids(v) for v in value.values())
+    return False
+
+
+def deserialize(annotation: Any, value: Any, *, what: str) -> Any:
+    """`value`, sent from the sandbox for a field declared `annotation`, as DSPy's type (see the module
+    docstring); unchanged when the type mentions no DSPy type. DspyValueError when it is not one."""
+    if not involves(annotation):
+        return value
+    try:
+        typed = _adapter(annotation).validate_python(value)
+    except (pydantic.ValidationError, ValueError, TypeError):
+        raise DspyValueError(f"{what} is not a valid {type_text(annotation)}: send the value as the field data "
+                             "it was received in (an image as {\"url\": <URL or data URI>})") from None
+    if _file_ids(typed):
+        raise DspyValueError(f"{what}: a dspy.File from a specialist carries its data inline, not a file_id")
+    return typed
+
+
+def field_types(values: Mapping[str, Any]) -> dict[str, str]:
+    """{field: "dspy.Image"} for the values of `values` that are DSPy values (a request's inputs)."""
+    return {name: type_text(type(v)) for name, v in values.items() if _is_dspy_value(v)}
+
+
+def type_text(annotation: Any) -> str:
+    """How the grammar spells a DSPy class (`dspy.Image`; a `dspy.Code[...]` class as `dspy.Code`)."""
+    if isinstance(annotation, type):
+        for name, cls in _classes().items():
+            if issubclass(annotation, cls):
+                return f"dspy.{name}"
+    return getattr(annotation, "__name__", None) or str(annotation)
+
+
+__all__ = ["CODE_LANGUAGE", "DSPY_TYPE_NAMES", "DspyValueError", "deserialize", "dspy_type", "field_types",
+           "involves", "serialize"]
