@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import dspy
 from dspy.clients.cache import Cache
 
+from benchmarks.hardening.rows import FamilyRow, Outcome
 from dspy_adaptive import Library, RoutedProgram, Slot
 from dspy_adaptive.sandbox import Layers, SandboxPool
 from dspy_adaptive.sandbox.reserved import predictor_arguments
@@ -35,34 +35,6 @@ LATENCY = 0.05
 FAST = 0.6 * LATENCY        # an answer faster than this came from a cache
 LOG_BUDGET = 64_000         # bytes of host log one request may cause
 JUDGE = "question, reference -> verdict"
-
-
-@dataclass
-class Row:
-    family: str
-    outcomes: list[tuple[str, str, str]] = field(default_factory=list)   # (attack, outcome, detail)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        c = dict.fromkeys(("rejected", "contained", "escaped", "host-broken", "host-hung"), 0)
-        for _, outcome, _ in self.outcomes:
-            c[outcome] += 1
-        return c
-
-    @property
-    def tried(self) -> int:
-        return len(self.outcomes)
-
-    @property
-    def notes(self) -> list[str]:
-        return [f"{a}: {o} ({d})" for a, o, d in self.outcomes if o not in ("contained", "rejected")]
-
-    def add(self, attack: str, fn: Callable[[], tuple[str, str]]) -> None:
-        try:
-            outcome, detail = fn()
-        except Exception as e:  # noqa: BLE001 - the host raised: host-broken
-            outcome, detail = "host-broken", f"{type(e).__name__}: {str(e)[:200]}"
-        self.outcomes.append((attack, outcome, detail))
 
 
 def counting_lm(model: str = "scripted/counter") -> dspy.LM:
@@ -235,12 +207,13 @@ def _pool(raw: bool, tools: tuple[str, ...] = ()) -> SandboxPool:
     return SandboxPool(max_workers=2, timeout=10, tool_names=tools, layers=Layers.none() if raw else Layers())
 
 
-def cache_rows(tmp: Path) -> list[Row]:
+def cache_rows(tmp: Path) -> list[FamilyRow]:
     rows = []
     saved = vars(dspy).get("cache")
     try:
         for raw in (False, True):
-            row = Row("cache channels, timing included (" + ("full Python, no OS layer)" if raw else "policy on)"))
+            row = FamilyRow("cache channels, timing included ("
+                            + ("full Python, no OS layer)" if raw else "policy on)"))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 with _pool(raw) as pool:
@@ -308,8 +281,8 @@ def _frames() -> list[tuple[str, dict]]:
     return out
 
 
-def shapes_raw_row() -> Row:
-    row = Row("declared types and reserved names (raw frames, no policy, no OS layer)")
+def shapes_raw_row() -> FamilyRow:
+    row = FamilyRow("declared types and reserved names (raw frames, no policy, no OS layer)")
     frames = _frames()
     bridge = FakeBridge()
     with warnings.catch_warnings():
@@ -320,7 +293,7 @@ def shapes_raw_row() -> Row:
     replies = res.outputs["replies"]
     for (name, _), reply in zip(frames, replies):
         ok = reply.get("ok") is False and ("reserved" in reply["error"] or "is declared" in reply["error"])
-        row.outcomes.append((name, "rejected" if ok else "escaped", str(reply)[:160]))
+        row.outcomes.append(Outcome(name, "rejected" if ok else "escaped", detail=str(reply)[:160]))
     if bridge.calls:
         row.outcomes.append(("the bridge was called", "escaped", str(bridge.calls[:1])[:160]))
     return row
@@ -351,10 +324,10 @@ END_TO_END = {
 }
 
 
-def shapes_end_to_end_row() -> Row:
+def shapes_end_to_end_row() -> FamilyRow:
     """Through a RoutedProgram with a scripted LM: each attack's predictor call must be refused (the LM sees
     only the router's call), nothing injected reaches a prompt, and the host log stays small."""
-    row = Row("declared types, reserved names and log amplification (policy on, end to end)")
+    row = FamilyRow("declared types, reserved names and log amplification (policy on, end to end)")
     from dspy_adaptive.testing import scripted_lm
 
     meter = _LogMeter()
@@ -403,5 +376,5 @@ def _end_to_end(src: str, name: str, pool: SandboxPool, meter: _LogMeter, script
     return ("rejected" if expect_refused else "contained"), f"{len(prompts)} LM call(s), {logged} bytes logged"
 
 
-def shape_rows() -> list[Row]:
+def shape_rows() -> list[FamilyRow]:
     return [shapes_raw_row(), shapes_end_to_end_row()]

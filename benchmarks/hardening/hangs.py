@@ -19,9 +19,9 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from benchmarks.hardening.rows import FamilyRow, Outcome
 from dspy_adaptive.sandbox import Layers, SandboxPool, SpecialistError, compile_program
 from dspy_adaptive.sandbox.testing import FakeBridge, run_unchecked, unchecked
 
@@ -160,40 +160,6 @@ class _Bridge(FakeBridge):
 
 
 # ------------------------------------------------------------------------------------------ running them
-@dataclass
-class Outcome:
-    name: str
-    outcome: str                 # contained | host-hung | host-broken
-    seconds: float
-    detail: str = ""
-
-
-@dataclass
-class HangRow:
-    family: str
-    outcomes: list[Outcome] = field(default_factory=list)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        c = dict.fromkeys(("rejected", "contained", "escaped", "host-broken", "host-hung"), 0)
-        for o in self.outcomes:
-            c[o.outcome] += 1
-        return c
-
-    @property
-    def tried(self) -> int:
-        return len(self.outcomes)
-
-    @property
-    def notes(self) -> list[str]:
-        return [f"{o.name}: {o.outcome} after {o.seconds:.2f}s {o.detail}" for o in self.outcomes
-                if o.outcome != "contained"]
-
-    @property
-    def slowest(self) -> float:
-        return max((o.seconds for o in self.outcomes), default=0.0)
-
-
 def timed(fn: Callable[[], Any], deadline: float) -> tuple[str, float, str]:
     """Run fn in a thread; (outcome, seconds, detail) by the rules of the module docstring."""
     box: dict[str, Any] = {}
@@ -243,8 +209,8 @@ def _judge(pool: SandboxPool, name: str, fn: Callable[[], Any]) -> Outcome:
     return Outcome(name, outcome, seconds, detail)
 
 
-def raw_row() -> HangRow:
-    row = HangRow("hangs: raw frames (no policy, no OS layer)")
+def raw_row() -> FamilyRow:
+    row = FamilyRow("hangs: raw frames (no policy, no OS layer)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         with SandboxPool(max_workers=2, timeout=TIMEOUT, layers=Layers.none(), tool_names=("search",)) as pool:
@@ -255,8 +221,8 @@ def raw_row() -> HangRow:
     return row
 
 
-def policy_row() -> HangRow:
-    row = HangRow("hangs: policy on, bridge only (all layers)")
+def policy_row() -> FamilyRow:
+    row = FamilyRow("hangs: policy on, bridge only (all layers)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         with SandboxPool(max_workers=2, timeout=TIMEOUT, memory_mb=256, tool_names=("search",)) as pool:
@@ -269,9 +235,9 @@ def policy_row() -> HangRow:
     return row
 
 
-def slots_row() -> HangRow:
+def slots_row() -> FamilyRow:
     """Two hanging calls hold both slots; an honest request must still be served once their deadlines pass."""
-    row = HangRow("hangs: every slot held, an honest request waits")
+    row = FamilyRow("hangs: every slot held, an honest request waits")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         with SandboxPool(max_workers=2, timeout=TIMEOUT, layers=Layers.none(), tool_names=("search",)) as pool:
@@ -305,5 +271,5 @@ def _call(pool: SandboxPool, program: Any, kind: str) -> Callable[[], Any]:
     return lambda: pool.run(program, {"x": "q"}, bridge)
 
 
-def hang_rows() -> list[HangRow]:
+def hang_rows() -> list[FamilyRow]:
     return [policy_row(), raw_row(), slots_row()]

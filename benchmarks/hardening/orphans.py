@@ -29,8 +29,10 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.hardening.rows import FamilyRow, Outcome
 
 GRACE = 3.0
 LIFETIME_SLACK = 3.0
@@ -81,33 +83,6 @@ print(json.dumps({"errors": errors}), flush=True)
 time.sleep(10**6)
 '''
 
-
-@dataclass
-class Outcome:
-    name: str
-    outcome: str            # contained | escaped | host-broken
-    detail: str = ""
-
-
-@dataclass
-class OrphanRow:
-    family: str
-    outcomes: list[Outcome] = field(default_factory=list)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        c = dict.fromkeys(("rejected", "contained", "escaped", "host-broken", "host-hung"), 0)
-        for o in self.outcomes:
-            c[o.outcome] += 1
-        return c
-
-    @property
-    def tried(self) -> int:
-        return len(self.outcomes)
-
-    @property
-    def notes(self) -> list[str]:
-        return [f"{o.name}: {o.outcome} ({o.detail})" for o in self.outcomes if o.outcome != "contained"]
 
 
 def _start_time(pid: int) -> str | None:
@@ -175,22 +150,22 @@ def _scenario(name: str, layers: bool, act, wait: float, check=None, **host_kw) 
     try:
         host = start_host(layers, **host_kw)
     except Exception as e:  # noqa: BLE001
-        return Outcome(name, "host-broken", f"the host did not start its workers ({type(e).__name__}: {e})")
+        return Outcome(name, "host-broken", detail=f"the host did not start its workers ({type(e).__name__}: {e})")
     try:
         if len(host.workers) < len(STATES) or not host.prepared:
-            return Outcome(name, "host-broken", f"only {len(host.workers)} workers / {len(host.prepared)} prepared "
-                                                f"({host.errors[:2]})")
+            return Outcome(name, "host-broken", detail=f"only {len(host.workers)} workers / "
+                           f"{len(host.prepared)} prepared ({host.errors[:2]})")
         watched = {**host.workers, **host.prepared}
         t0 = time.monotonic()
         act(host)
         left = _wait_gone(watched, wait)
         took = time.monotonic() - t0
         if left:
-            return Outcome(name, "escaped", f"{len(left)} of {len(watched)} workers alive {wait:.0f}s later")
+            return Outcome(name, "escaped", detail=f"{len(left)} of {len(watched)} workers alive {wait:.0f}s later")
         problem = check(host) if check else ""
         if problem:
-            return Outcome(name, "host-broken", problem)
-        return Outcome(name, "contained", f"all {len(watched)} gone in {took:.2f}s")
+            return Outcome(name, "host-broken", detail=problem)
+        return Outcome(name, "contained", detail=f"all {len(watched)} gone in {took:.2f}s")
     finally:
         host.kill_all()
 
@@ -221,7 +196,7 @@ def _stop_host_and_zygote(host: Host) -> None:
     os.kill(host.proc.pid, signal.SIGSTOP)
 
 
-def orphan_rows() -> list[OrphanRow]:
+def orphan_rows() -> list[FamilyRow]:
     short = dict(timeout=2.0, call_timeout=2.0, max_idle=1.0)   # a worker's own limit: 1 + 2 + 1 = 4 s
     plans: list[tuple[bool, tuple]] = []
     for layers in (True, False):
@@ -241,8 +216,8 @@ def orphan_rows() -> list[OrphanRow]:
 
     with ThreadPoolExecutor(max_workers=4) as ex:     # the scenarios are independent hosts
         outcomes = list(ex.map(run, [p for _, p in plans]))
-    rows = {True: OrphanRow("orphaned workers (all OS layers)"),
-            False: OrphanRow("orphaned workers (every OS layer off)")}
+    rows = {True: FamilyRow("orphaned workers (all OS layers)"),
+            False: FamilyRow("orphaned workers (every OS layer off)")}
     for (layers, _), outcome in zip(plans, outcomes):
         rows[layers].outcomes.append(outcome)
     return [rows[True], rows[False]]
