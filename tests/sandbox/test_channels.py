@@ -18,7 +18,7 @@ from dspy_adaptive import Library, RoutedProgram, Slot
 from dspy_adaptive.sandbox import SandboxPool, scope
 from dspy_adaptive.testing import ScriptedEngine
 
-LATENCY = 0.06
+LATENCY = 0.25     # an LM call; a cache hit (a bridge round trip) is far faster, also on a loaded machine
 JUDGE_SIG = "question, reference -> verdict"
 
 
