@@ -27,8 +27,10 @@ four families with gpt-4.1's tokenizer against the window).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import sys
 from typing import Any, Sequence
 
 from dspy_adaptive.schema import LEFT_OUT
@@ -59,22 +61,38 @@ _QUESTION_SENTENCE = re.compile(r"[^.!?\n]*\?")
 # -- the window ----------------------------------------------------------------------------------------------
 
 def context_window(lm: Any, default: int = DEFAULT_CONTEXT_TOKENS) -> int:
-    """The LM's context window in tokens: a local engine's n_ctx, litellm's model info, else `default`."""
-    n_ctx = getattr(getattr(lm, "engine", None), "n_ctx", None)
+    """The LM's context window in tokens: a local engine's n_ctx, litellm's model info for a model litellm serves,
+    else `default`. An LM with an engine of its own (a scripted or custom one) is not looked up in litellm."""
+    engine = getattr(lm, "engine", None)
+    n_ctx = getattr(engine, "n_ctx", None)
     if isinstance(n_ctx, int) and n_ctx > 0:
         return n_ctx
     model = getattr(lm, "model", None)
-    if isinstance(model, str) and model:
-        try:
-            import litellm
-            info = litellm.get_model_info(model)
-        except Exception:  # noqa: BLE001 - unknown to litellm (self-hosted, scripted): the default
-            info = None
-        for key in ("max_input_tokens", "max_tokens"):
-            value = (info or {}).get(key)
-            if isinstance(value, int) and value > 0:
-                return value
+    if isinstance(model, str) and model and (engine is None or isinstance(engine, str)):   # litellm serves it
+        return _litellm_window(model) or default
     return default
+
+
+@functools.lru_cache(maxsize=256)
+def _litellm_window(model: str) -> int | None:
+    """litellm's input window of `model` (once per model and process), None when litellm does not know it --
+    asked quietly: an unknown provider would otherwise print litellm's provider list on every reflection."""
+    try:
+        import litellm
+    except ImportError:
+        return None
+    quiet, litellm.suppress_debug_info = litellm.suppress_debug_info, True
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # noqa: BLE001 - unknown to litellm (self-hosted): the default
+        return None
+    finally:
+        litellm.suppress_debug_info = quiet
+    for key in ("max_input_tokens", "max_tokens"):
+        value = info.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def output_reserve(lm: Any, window: int) -> int:
@@ -91,9 +109,12 @@ def trace_budget(window: int, output_tokens: int, fixed_tokens: int) -> int:
 
 
 def _encoding() -> Any:
+    """tiktoken's cl100k_base as litellm ships it (offline) when litellm is loaded -- as it is for any LM litellm
+    serves; otherwise None, and counts use the byte estimate (importing litellm only to count would cost a
+    process seconds)."""
+    litellm = sys.modules.get("litellm")
     try:
-        import litellm
-        return litellm.encoding          # tiktoken's cl100k_base, shipped with litellm (offline)
+        return litellm.encoding if litellm is not None else None
     except Exception:  # noqa: BLE001 - no tokenizer: the byte estimate
         return None
 

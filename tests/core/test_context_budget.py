@@ -119,3 +119,25 @@ def test_every_livebench_if_constraint_sentence_of_the_shared_samples_survives_a
                 assert sentence.strip() in flat, sentence
         cut += text.count("characters left out")
     assert cut > 0                                                       # the window did force shortening
+
+
+def test_the_window_of_an_lm_with_its_own_engine_costs_no_litellm_import_and_prints_nothing():
+    """Issue 31's CPU per call had tripled: every reflection asked litellm for a scripted model's window, importing
+    litellm (seconds in a fresh process) and printing its provider list each time. An LM with an engine of its
+    own is not looked up; a model litellm serves is looked up once per process, quietly."""
+    import subprocess
+    import sys
+
+    code = ("import sys, dspy\n"
+            "from dspy_adaptive.testing import scripted_lm\n"
+            "from dspy_adaptive.reflection.budget import context_window, _litellm_window\n"
+            "lm = scripted_lm(lambda c: 'x', model='scripted/reflection')\n"
+            "assert context_window(lm) == 32768 and 'litellm' not in sys.modules\n"
+            "unknown = dspy.LM('nosuchprovider/some-model')\n"
+            "assert context_window(unknown) == 32768 and context_window(unknown) == 32768\n"
+            "assert _litellm_window.cache_info().hits >= 1\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok" and "Provider List" not in out.stdout + out.stderr
