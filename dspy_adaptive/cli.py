@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Sequence
 
 DEMO_HELP = """Run Adaptive-GEPA end to end, offline, on the built-in mini mixture (multi-hop questions over an
 invented corpus, arithmetic, private-detail rewrites, constrained writing: 32 feedback, 32 validation and 32
 test requests), with the local 135M SmolLM2 model as actor, router, judge and reflection LM. About 10-15
-minutes on 2 cores. Ctrl-C stops it; rerun the same command to resume where it stopped (nothing scored is
-lost, and the report's wall time is the total over every session).
+minutes on 2 cores. Ctrl-C (or SIGTERM, e.g. from `timeout`) stops it; rerun the same command to resume where
+it stopped (nothing scored is lost, and the report's wall time is the total over every session).
 
 It writes to --out: report.md (what happened: proposals by outcome and why, test scores of the seed and the
 optimized program with whether the change is above the noise, routing, the library, LM usage), PNG plots,
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 INTERRUPTED = "interrupted — rerun the same command to resume"
+TERMINATED = "terminated (SIGTERM) — rerun the same command to resume"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -98,14 +100,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                 parser.error(f"--{name.replace('_', '-')} must be at least 1, got {options[name]}")
         if options["max_repair_attempts"] < 0:
             parser.error(f"--max-repair-attempts must be 0 or more, got {options['max_repair_attempts']}")
+        from dspy_adaptive.optimizers.terminate import Terminated, sigterm_as_interrupt
+
         try:
-            run_demo(DemoConfig(**options))
-        except KeyboardInterrupt:
+            with sigterm_as_interrupt():        # `timeout`, `kill`: stop as on Ctrl-C, wall time recorded
+                run_demo(DemoConfig(**options))
+        except KeyboardInterrupt as e:
             # Everything scored is already on disk (each call is logged as it completes): leave at once rather
-            # than wait for LM calls still running in worker threads.
-            print(f"\n{INTERRUPTED}", file=sys.stderr, flush=True)
+            # than wait for LM calls still running in worker threads. A second Ctrl-C while leaving is ignored.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            terminated = isinstance(e, Terminated)
+            print(f"\n{TERMINATED if terminated else INTERRUPTED}", file=sys.stderr, flush=True)
             sys.stdout.flush()
-            os._exit(130)
+            os._exit(143 if terminated else 130)
         except (DemoError, InputError) as e:
             parser.exit(2, f"adaptive-gepa demo: error: {e}\n")
 

@@ -89,7 +89,7 @@ def test_errors_name_the_option_the_user_typed(tmp_path):
     scripted(out)
     proc = run_cli(["demo", "--out", str(out), "--actor-lm", "scripted", "--budget", "60", "--max-specialists", "2"])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert f"--out {out} holds a demo run with another configuration" in proc.stderr
+    assert f"--out {out} holds a demo run made with other settings" in proc.stderr
     proc = run_cli(["demo", "--out", str(tmp_path / "x"), "--actor-lm", "local:/no/such.gguf"])
     assert proc.returncode == 2 and "--actor-lm local:/no/such.gguf: no GGUF file" in proc.stderr
     proc = run_cli(["demo", "--out", str(tmp_path / "x"), "--budget", "0"])
@@ -101,3 +101,42 @@ def test_demo_help_documents_the_command():
     assert proc.returncode == 0
     for words in ("Ctrl-C", "resume", "report.md", "--proposal-format", "3-second tour", "notebooks/explore_run"):
         assert words in proc.stdout, words
+
+
+def test_a_refused_rerun_says_what_differs_and_is_not_counted(tmp_path):
+    out = tmp_path / "demo"
+    scripted(out)
+    before = json.loads((out / "demo.json").read_text())
+    proc = run_cli(["demo", "--out", str(out), "--actor-lm", "scripted", "--budget", "60", "--max-specialists", "2"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "What differs:" in proc.stderr and "max_specialists: was 4, now 2" in proc.stderr, proc.stderr
+    assert "[demo] resuming" not in proc.stdout                          # it never said it resumed
+    assert json.loads((out / "demo.json").read_text()) == before          # not a session, no time added
+
+
+def test_sigterm_stops_like_ctrl_c_and_its_wall_time_is_recorded(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "d"
+    code = ("import time, dspy_adaptive.demo.run as r\n"
+            "def slow(*a, **k):\n    print('TESTING', flush=True); time.sleep(60)\n"
+            "r.evaluate_on = slow\n"
+            "from dspy_adaptive.cli import main; main(%r)" % (["demo", "--out", str(out), "--actor-lm", "scripted",
+                                                              "--budget", "60"],))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    for line in proc.stdout:                      # the search is done; the test phase is running
+        if "TESTING" in line:
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "terminated (SIGTERM) — rerun the same command to resume" in err and "Traceback" not in err
+    clock = json.loads((out / "demo.json").read_text())
+    assert clock["sessions"] == 1 and clock["wall_seconds"] > 0.5
+    assert (out / "search" / "state.json").exists()                      # the search record is kept

@@ -73,6 +73,12 @@ class DemoConfig:
     proposal_format: str | None = None
     max_repair_attempts: int = 1
 
+    def role_names(self) -> tuple[str, str, str]:
+        """(actor, reflection, judge) as the run used them: every role is "scripted" in the scripted tour."""
+        if self.actor_lm == "scripted":
+            return "scripted", "scripted", "scripted"
+        return self.actor_lm, self.reflection_lm, self.judge_lm or self.actor_lm
+
     def resolved_format(self) -> str:
         if self.proposal_format is not None:
             return self.proposal_format
@@ -177,23 +183,27 @@ class WallClock:
 
 
 def run_demo(config: DemoConfig) -> Path:
-    """Run (or resume) the demo; returns the output directory. Ctrl-C keeps everything scored so far: rerun
-    the same command to resume."""
+    """Run (or resume) the demo; returns the output directory. Ctrl-C (or SIGTERM) keeps everything scored so
+    far: rerun the same command to resume. A session refused before it ran anything (options, another run in
+    --out, an LM that cannot be used) is not counted in demo.json's sessions or wall time."""
     out = Path(config.out)
     check_out(out)
     clock = WallClock(out)
-    if clock.sessions > 1 and (out / "search").exists():
-        print(f"[demo] resuming the run in {out} (session {clock.sessions}; "
-              f"{clock.before / 60:.1f} min so far)")
     try:
-        return _run_demo(config, out, clock)
-    finally:
-        clock.save()
+        result = _run_demo(config, out, clock)
+    except DemoError:
+        raise                      # refused before anything ran: not a session
+    except BaseException:
+        clock.save()               # interrupted, terminated or failed mid-run: its time counts
+        raise
+    clock.save()
+    return result
 
 
 def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
     from dspy_adaptive import AdaptiveGEPA, RoutedProgram, load_run
     from dspy_adaptive.demo.mixture import demo_corpus_path
+    from dspy_adaptive.lm.preflight import LMSetupError
     from dspy_adaptive.optimizers.adaptive_gepa import ResumeMismatchError
     from dspy_adaptive.record.analysis import write_labels
     from dspy_adaptive.record.plots import plot_family_scores, plot_learning_curve, plot_lineage, plot_routing_heatmap
@@ -224,8 +234,9 @@ def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
     # tiny local models follow JSON (grammar-constrained) far better than DSPy's chat markers
     dspy.configure(lm=deep, adapter=dspy.JSONAdapter() if c.actor_lm.startswith("local") else None)
 
+    actor_name, reflection_name, _ = c.role_names()
     print(f"[demo] {len(train)} feedback / {len(val)} validation / {len(test)} test requests; "
-          f"actor {c.actor_lm}, reflection {c.reflection_lm}; budget {c.budget} scored calls")
+          f"actor {actor_name}, reflection {reflection_name}; budget {c.budget} scored calls")
     optimizer = AdaptiveGEPA(
         metric, reflection_lm=reflection, max_metric_calls=c.budget, reflection_minibatch_size=c.minibatch,
         batch_sampler=FamilyBalancedSampler(), max_specialists=c.max_specialists, num_threads=c.threads,
@@ -234,9 +245,10 @@ def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
         max_repair_attempts=c.max_repair_attempts)
     try:
         routed = optimizer.compile(seed, trainset=train, valset=val)
-    except ResumeMismatchError:
-        raise DemoError(f"--out {out} holds a demo run with another configuration (other options or model); "
-                        f"use a new --out, or delete {out} to start over") from None
+    except ResumeMismatchError as e:
+        raise DemoError(refusal(out, e)) from None
+    except LMSetupError as e:
+        raise DemoError(f"{e}\nThe demo stopped before spending its budget; {out} is as it was.") from None
     write_labels({e.id: e.family for e in val}, out / "search")
     result = load_run(out / "search")
 
@@ -273,9 +285,28 @@ def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
                          _with_test_routes(result, tests["optimized"]), test_labels, path,
                          candidate=result.best_idx, split="test")})
     routed.close()
-    print(f"[demo] done in {clock.total / 60:.1f} min"
+    print(f"[demo] done in {duration(clock.total)}"
           + (f" over {clock.sessions} sessions" if clock.sessions > 1 else "") + f"; report: {out / 'report.md'}")
     return out
+
+
+def refusal(out: Path, error: Any) -> str:
+    """Why a rerun into `out` was refused, in the demo's words, with what differs (the ResumeMismatchError's
+    list, or its own text when the files are of another release)."""
+    diffs = getattr(error, "differences", ())
+    what = ("What differs:\n  " + "\n  ".join(diffs[:12]) + ("\n  ..." if len(diffs) > 12 else "")) if diffs \
+        else str(error)
+    return (f"--out {out} holds a demo run made with other settings; refusing to mix the two runs.\n{what}\n"
+            f"Rerun with that run's options to resume it; to start fresh use another --out, or delete {out}.")
+
+
+def duration(seconds: float) -> str:
+    """A wall time as people read it: "3.2 s", "4.5 min", "1 h 05 min"."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
 
 
 def friendly(family: str) -> str:
@@ -370,10 +401,13 @@ def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: 
     same = result.best_idx == 0
     gain = gain if gain is not None else paired_gain(tests["seed"], tests["optimized"])
     over = f" over {sessions} sessions (resumed {sessions - 1}x)" if sessions > 1 else ""
+    actor, reflection, judge = config.role_names()
+    lms = (f"Actor/router/judge: {md_code(actor)}" if judge == actor else
+           f"Actor/router: {md_code(actor)}; judge: {md_code(judge)}")
     lines = ["# Adaptive-GEPA demo (offline, built-in mini mixture)", "",
-             f"Actor/router/judge: {md_code(config.actor_lm)}; reflection: {md_code(config.reflection_lm)} "
+             f"{lms}; reflection: {md_code(reflection)} "
              f"(proposal format {md_code(config.resolved_format())}, up to {config.max_repair_attempts} repair "
-             f"call(s) per rejected answer). Wall time {wall / 60:.1f} min{over}. Budget "
+             f"call(s) per rejected answer). Wall time {duration(wall)}{over}. Budget "
              f"{result.budget['spent']} of {result.budget['max']} scored calls (stopped: {result.stop_reason}).", "",
              "## What happened", ""]
     lines += [f"- {line}" for line in what_happened(result)]

@@ -247,7 +247,8 @@ class AdaptiveGEPA(Teleprompter):
                                   "context_tokens": c.reflection.context_tokens}}
         b = c.budget
         run = assemble(spec, limits=BudgetLimits(max_calls, b.max_cost_usd, b.max_idle_iterations, b.max_candidates),
-                       log_dir=c.run.log_dir, identity=identity, what="search", progress=c.run.progress)
+                       log_dir=c.run.log_dir, identity=identity, what="search", progress=c.run.progress,
+                       lms={"reflection_lm": c.reflection.lm})
         if c.sandbox.isolation == "strict":
             run.pool.isolation_report()     # refuses here, before any LM money is spent
         else:
