@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from dspy_adaptive.cli import main
 
@@ -48,6 +49,14 @@ def test_the_scripted_tour_accepts_an_edit_and_the_report_explains_it(tmp_path):
         assert f"]({png})" in report, png                               # every plot is linked
     assert "hotpotqa" not in report.split("## Search record")[0]       # friendly family names
     assert "multi-hop QA" in report
+    # every role is named as it ran, with a wall time people can read (not "local", not "0.0 min")
+    assert "Actor/router/judge: `scripted`; reflection: `scripted`" in report and "local" not in report.split("\n")[2]
+    assert re.search(r"Wall time \d+\.\d s\.", report), report.split("\n")[2]
+    # the tables list the families in the heat-map's order (alphabetical by their names)
+    header = next(line for line in report.splitlines() if line.startswith("| program |"))
+    names = [c.strip() for c in header.split("|")[2:-2]]
+    assert names == sorted(names) == ["arithmetic", "constrained writing", "multi-hop QA", "private rewrite"]
+    assert "## LM usage by role" in report and "| USD |" not in report          # scripted LMs: unpriced
 
 
 def test_a_resumed_demo_keeps_its_wall_time_and_record(tmp_path):

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import dspy
 
-from dspy_adaptive.escaping import md_code
+from dspy_adaptive.escaping import md_code, md_text
 from dspy_adaptive.schema import slot_label
 
 FAMILY_NAMES = {"hotpotqa": "multi-hop QA", "aime": "arithmetic", "pupa": "private rewrite",
@@ -364,7 +364,8 @@ def what_happened(result: Any) -> list[str]:
     if count["accepted"] and result.best_idx == 0:
         lines.append(f"The accepted edits beat their parents on their minibatches but none beat the seed on the whole "
                      f"validation set (best of them {max(result.val_aggregate_scores[1:]):.3f} vs the seed's "
-                     f"{seed_val:.3f}; a tie keeps the seed), so the optimized program is the seed.")
+                     f"{seed_val:.3f}; a tie keeps the seed), so the optimized program is the seed. 'Accepted edits' "
+                     "below shows each of them and what it changed.")
     elif result.best_idx != 0:
         lines.append(f"The best candidate (#{result.best_idx}) scores {best_val:.3f} on validation against the "
                      f"seed's {seed_val:.3f}.")
@@ -383,7 +384,9 @@ def what_happened(result: Any) -> list[str]:
         lines.append(f"{faults['metric_faults']} scored calls were metric faults, scored as failures ({notes}).")
     if faults.get("failed_rollouts"):
         kinds = ", ".join(f"{k} {v}" for k, v in (faults.get("failed_rollouts_by_type") or {}).items())
-        lines.append(f"{faults['failed_rollouts']} rollouts failed at run time and scored 0 ({kinds}).")
+        top = faults.get("failed_rollout_errors") or []
+        said = f"; the most common error ({top[0][1]}x): {md_text(top[0][0])}" if top else ""
+        lines.append(f"{faults['failed_rollouts']} rollouts failed at run time and scored 0 ({kinds}){said}.")
     return lines
 
 
@@ -393,7 +396,7 @@ def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: 
     from dspy_adaptive.record.run_record import render_markdown
 
     seed_m, opt_m = family_means(tests["seed"]), family_means(tests["optimized"])
-    fams = sorted(seed_m)
+    fams = sorted(seed_m, key=friendly)          # the order the heat-map and the family plot use
 
     def mean(d: dict[str, float]) -> float:
         return sum(d.values()) / len(d)

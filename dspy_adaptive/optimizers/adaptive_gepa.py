@@ -121,7 +121,8 @@ class AdaptiveGEPA(Teleprompter):
         max_cost_usd: stop once the LM cost of every role reaches this many US dollars.
         max_repair_attempts: times a reflection answer rejected before the gate is sent back with its reason
             (`reflection.settings.ReflectionSettings`).
-        proposal_format: new programs as "code", "structured" or "auto" (ReflectionSettings).
+        proposal_format: new programs as "code", "structured" or "auto" (default: structured for an in-process
+            local reflection model, else code switching to structured after rejections; ReflectionSettings).
         reflection_context_tokens: the reflection LM's context window (None: read from the LM); what reflection
             reads is fitted into it (ReflectionSettings).
         unusable_programs: "reject" (default) or "gate": truncated or refused programs go to the gate, charged,
@@ -180,7 +181,7 @@ class AdaptiveGEPA(Teleprompter):
         progress: bool = True,
         max_cost_usd: float | None = None,
         max_repair_attempts: int = 1,
-        proposal_format: str = "code",
+        proposal_format: str = "auto",
         reflection_context_tokens: int | None = None,
         unusable_programs: str = "reject",
         max_candidates: int | None = None,
@@ -241,7 +242,7 @@ class AdaptiveGEPA(Teleprompter):
         identity = {**spec_identity(spec, train, val), "optimizer": "AdaptiveGEPA",
                     "search": {k: v for k, v in search.to_dict().items() if k != "seed" or c.run.seed is not None},
                     "merge": c.merge.to_dict(), "reflection_lm": describe_lm(c.reflection.lm),
-                    "proposals": {"format": c.reflection.proposal_format, "external": c.reflection.external,
+                    "proposals": {"format": c.reflection.resolved_format, "external": c.reflection.external,
                                   "max_repair_attempts": c.reflection.max_repair_attempts,
                                   "unusable_programs": c.reflection.unusable_programs,
                                   "context_tokens": c.reflection.context_tokens}}
