@@ -57,6 +57,10 @@ def test_the_scripted_tour_accepts_an_edit_and_the_report_explains_it(tmp_path):
     names = [c.strip() for c in header.split("|")[2:-2]]
     assert names == sorted(names) == ["arithmetic", "constrained writing", "multi-hop QA", "private rewrite"]
     assert "## LM usage by role" in report and "| USD |" not in report          # scripted LMs: unpriced
+    by_family = json.loads((out / "results.json").read_text())["test_comparison_by_family"]
+    assert set(by_family) == {"aime", "hotpotqa", "pupa", "livebench_if"}
+    assert all(g["n"] == 8 and {"ci_low", "ci_high", "p_value", "verdict"} <= set(g) for g in by_family.values())
+    assert "## Test change per family (paired by request)" in report and "| multi-hop QA | 8 |" in report
 
 
 def test_a_resumed_demo_keeps_its_wall_time_and_record(tmp_path):

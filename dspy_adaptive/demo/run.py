@@ -203,6 +203,7 @@ def run_demo(config: DemoConfig) -> Path:
 def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
     from dspy_adaptive import AdaptiveGEPA, RoutedProgram, load_run
     from dspy_adaptive.demo.mixture import demo_corpus_path
+    from dspy_adaptive.lm.plain_adapter import PlainTextAdapter
     from dspy_adaptive.lm.preflight import LMSetupError
     from dspy_adaptive.optimizers.adaptive_gepa import ResumeMismatchError
     from dspy_adaptive.record.analysis import write_labels
@@ -231,8 +232,9 @@ def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
     metric = MixtureMetric(judge_lm=judge)
     search = make_search_tool(backend="bm25", corpus_path=demo_corpus_path())
     seed = SeedProgram()
-    # tiny local models follow JSON (grammar-constrained) far better than DSPy's chat markers
-    dspy.configure(lm=deep, adapter=dspy.JSONAdapter() if c.actor_lm.startswith("local") else None)
+    # tiny local models answer free text best when asked in plain words, and everything else as JSON decoded under
+    # a grammar; DSPy's templates make them copy placeholders (`lm.plain_adapter`)
+    dspy.configure(lm=deep, adapter=PlainTextAdapter() if c.actor_lm.startswith("local") else None)
 
     actor_name, reflection_name, _ = c.role_names()
     print(f"[demo] {len(train)} feedback / {len(val)} validation / {len(test)} test requests; "
@@ -274,7 +276,8 @@ def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
     data = {"config": dataclasses.asdict(c), "wall_seconds": round(clock.total, 1), "sessions": clock.sessions,
             "best_candidate": result.best_idx, "test_family_means": {k: family_means(tests[k])
                                                                      for k in ("seed", "optimized")},
-            "test_comparison": gain.to_dict() if gain is not None else None}
+            "test_comparison": gain.to_dict() if gain is not None else None,
+            "test_comparison_by_family": {f: g.to_dict() for f, g in family_gains(tests).items()}}
     write_record(out, data=data, data_name="results.json",
                  report=render_report(result, tests, c, clock.total, clock.sessions, gain), plots={
                      "learning_curve.png": lambda path: plot_learning_curve(result, path),
@@ -330,6 +333,31 @@ def paired_gain(seed_rows: Sequence[dict[str, Any]], opt_rows: Sequence[dict[str
     if not any(r["id"] in seed_ids for r in opt_rows):
         return None
     return compare(seed_rows, opt_rows)
+
+
+def family_gains(tests: dict[str, Any]) -> dict[str, Any]:
+    """The optimized-minus-seed test difference of each family, paired by request (the same statistics)."""
+    out = {}
+    for family in sorted({r["family"] for r in tests["seed"]}, key=friendly):
+        seed = [r for r in tests["seed"] if r["family"] == family]
+        opt = [r for r in tests["optimized"] if r["family"] == family]
+        gain = paired_gain(seed, opt)
+        if gain is not None:
+            out[family] = gain
+    return out
+
+
+def family_gain_lines(tests: dict[str, Any]) -> list[str]:
+    """One row per family: means, the paired difference, its 95% BCa interval, the signed-rank p and the verdict."""
+    lines = ["## Test change per family (paired by request)", "",
+             "| family | requests | seed | optimized | change | 95% interval | signed-rank p | verdict |",
+             "|---|---:|---:|---:|---:|---|---:|---|"]
+    for family, g in family_gains(tests).items():
+        interval = "-" if g.ci_low is None else f"{100 * g.ci_low:+.1f} to {100 * g.ci_high:+.1f}"
+        p = "-" if g.p_value is None else f"{g.p_value:.3g}"
+        lines.append(f"| {friendly(family)} | {g.n} | {100 * g.reference_mean:.1f} | {100 * g.method_mean:.1f} | "
+                     f"{100 * g.diff:+.1f} | {interval} | {p} | {g.verdict} |")
+    return lines + [""]
 
 
 def gain_sentence(gain: Any, same_program: bool) -> str:
@@ -430,6 +458,7 @@ def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: 
               "|---|" + "---:|" * (len(fams) + 1)]
     for name, m in (("seed (fallback only)", seed_m), ("optimized", opt_m)):
         lines.append(f"| {name} | " + " | ".join(f"{100 * m[f]:.1f}" for f in fams) + f" | {100 * mean(m):.1f} |")
+    lines += ["", *family_gain_lines(tests)]
     table: dict[str, dict] = {}
     for r in tests["optimized"]:
         table.setdefault(r["family"], {}).setdefault(r["executed"], 0)
