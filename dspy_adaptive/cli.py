@@ -56,13 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "the accept path)")
     d.add_argument("--reflection-lm", default="local", help="reflection LM (same forms)")
     d.add_argument("--judge-lm", default=None, help="PUPA judge LM (default: the actor LM)")
-    d.add_argument("--budget", type=int, default=96,
-                   help="max_metric_calls (default 96: the seed's 32 validation rows, then 8 feedback calls per "
-                        "iteration and 32 more for each edit that passes the gate; about 9 minutes here)")
+    d.add_argument("--budget", type=int, default=160,
+                   help="max_metric_calls (default 160: the seed's 32 validation rows, then 8 feedback calls per "
+                        "iteration and 32 more for each edit that passes the gate; about 2-3 s per call here)")
     d.add_argument("--minibatch", type=int, default=4, help="reflection minibatch size (default 4, 1 per family)")
     d.add_argument("--max-specialists", type=int, default=4, help="K, the number of specialist slots (default 4)")
     d.add_argument("--threads", type=int, default=2, help="evaluation threads (default 2)")
-    d.add_argument("--max-tokens", type=int, default=256, help="actor max tokens per call (default 256)")
+    d.add_argument("--max-tokens", type=int, default=96,
+                   help="actor max tokens per call (default 96: a small model's answers stay short, and fast)")
     d.add_argument("--reflection-max-tokens", type=int, default=700,
                    help="reflection max tokens per call (default 700); an answer cut off there is refused")
     d.add_argument("--judge-max-tokens", type=int, default=384,

@@ -61,11 +61,11 @@ class DemoConfig:
     actor_lm: str = "local"
     reflection_lm: str = "local"
     judge_lm: str | None = None
-    budget: int = 96
+    budget: int = 160
     minibatch: int = 4
     max_specialists: int = 4
     threads: int = 2
-    max_tokens: int = 256
+    max_tokens: int = 96
     reflection_max_tokens: int = 700
     judge_max_tokens: int = 384
     seed: int = 0
