@@ -122,8 +122,14 @@ def lm_roles(*, fast_lm: Any, deep_lm: Any, student: Any = None, metric: Any = N
                   if getattr(p, "lm", None) is not None]
     roles += [LMRole(name, lm) for name, lm in (extra or {}).items() if lm is not None]
     if metric is not None:
-        roles += [LMRole(f"the metric's {path}", lm) for path, lm in _lms_inside(metric, "", 3, set())]
+        roles += [LMRole(f"the metric's {path}", lm) for path, lm in lms_inside(metric)]
     return roles
+
+
+def lms_inside(obj: Any, depth: int = 3) -> list[tuple[str, Any]]:
+    """(attribute path, LM) for every BaseLM `obj` holds among its attributes, mappings and sequences (a metric's
+    judge: `metrics['pupa'].judge_lm`)."""
+    return _lms_inside(obj, "", depth, set())
 
 
 def _lms_inside(obj: Any, path: str, depth: int, seen: set[int]) -> list[tuple[str, Any]]:
@@ -265,4 +271,4 @@ def model_named(error: str) -> str | None:
 
 
 __all__ = ["FIXES", "FirstCallsGuard", "LMRole", "LMSetupError", "check_lms", "configuration_reason",
-           "exception_reason", "lm_roles", "model_named", "provider_served", "row_reason"]
+           "exception_reason", "lm_roles", "lms_inside", "model_named", "provider_served", "row_reason"]

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 
 from dspy_adaptive.data import Row
-from dspy_adaptive.lm.preflight import FirstCallsGuard, LMSetupError, check_lms, lm_roles
+from dspy_adaptive.lm.preflight import FirstCallsGuard, LMSetupError, check_lms, lm_roles, lms_inside
 from dspy_adaptive.lm.usage import UsageMeter, current_meter
 from dspy_adaptive.optimizers.terminate import sigterm_as_interrupt
 from dspy_adaptive.program.library import Library
@@ -243,13 +243,14 @@ def program_identity(student: dspy.Module) -> str:
 
 
 def spec_identity(spec: RunSpec, train: Sequence[Row], val: Sequence[Row]) -> dict[str, Any]:
-    """The identity every run shares: program, metric, data, slots, LMs (the configured one where a profile
-    has none), tools, sandbox limits and scoring."""
+    """The identity every run shares: program, metric (and the LMs it holds, a judge), data, slots, LMs (the
+    configured one where a profile has none), tools, sandbox limits and scoring."""
     configured = dspy.settings.lm
     p = spec.program
     return {
         "program": program_identity(spec.student),
         "metric": f"{getattr(spec.metric, '__module__', '?')}.{getattr(spec.metric, '__qualname__', '?')}",
+        "metric_lms": {path: describe_lm(lm) for path, lm in lms_inside(spec.metric)},   # a judge changes scores
         "trainset": rows_identity(train), "valset": rows_identity(val),
         "max_specialists": p.max_specialists, "tools": sorted(p.tools),
         "fast_lm": describe_lm(p.fast_lm if p.fast_lm is not None else configured),

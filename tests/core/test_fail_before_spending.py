@@ -32,8 +32,8 @@ def data():
     return toy.make_examples(3), toy.make_examples(3, offset=100)
 
 
-def optimizer(reflection, log_dir=None, **kw):
-    return AdaptiveGEPA(toy.metric, reflection_lm=reflection, max_metric_calls=40, reflection_minibatch_size=4,
+def optimizer(reflection, log_dir=None, metric=toy.metric, **kw):
+    return AdaptiveGEPA(metric, reflection_lm=reflection, max_metric_calls=40, reflection_minibatch_size=4,
                         seed=3, use_merge=False, progress=False, log_dir=log_dir, num_threads=1, **kw)
 
 
@@ -177,3 +177,24 @@ def test_a_row_reason_reads_the_recorded_error():
 def _row(error, kind):
     return RowResult(row_id="r", score=0.0, feedback="", output=None, selected=None, executed=None,
                      fallback_reason=None, error=error, steps=(), error_kind=kind)
+
+
+def test_the_judge_inside_the_metric_is_part_of_the_runs_identity(data, tmp_path):
+    """A rerun with another judge is another run (its scores differ): refused, naming the judge."""
+    from dspy_adaptive.search.checkpoint import ResumeMismatchError
+
+    class Judged:
+        def __init__(self, judge):
+            self.judge_lm = judge
+
+        def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None):
+            return toy.metric(gold, pred)
+
+    train, val = data
+    with dspy.context(lm=toy.actor_lm()):
+        optimizer(toy.reflection_lm(), log_dir=str(tmp_path / "run"), metric=Judged(toy.actor_lm())) \
+            .compile(dspy.Predict("question -> answer"), trainset=train, valset=val).close()
+        other = scripted_lm(lambda call: {"answer": "x"}, model="scripted/other-judge")
+        with pytest.raises(ResumeMismatchError, match=r"metric_lms.judge_lm.model: was \"scripted/actor\""):
+            optimizer(toy.reflection_lm(), log_dir=str(tmp_path / "run"), metric=Judged(other)).compile(
+                dspy.Predict("question -> answer"), trainset=train, valset=val)

@@ -27,3 +27,14 @@ def test_auto_is_the_default_and_resolves_from_the_reflection_lm():
 def test_the_reflector_gets_the_resolved_format():
     reflector = ReflectionSettings(lm=in_process_lm()).reflector(input_names=("question",), tools={})
     assert reflector.proposal_format == "structured"
+
+
+def test_with_tools_the_tool_using_shape_is_listed_first():
+    from dspy_adaptive.reflection.structured import MODULE_KINDS, kinds_for, signatures_for
+
+    assert kinds_for(()) == MODULE_KINDS
+    assert kinds_for(("search",))[0] == "retrieve_then_answer" and set(kinds_for(("search",))) == set(MODULE_KINDS)
+    activate, rewrite = signatures_for(("search",))
+    for sig, field in ((activate, "activation"), (rewrite, "shape")):
+        schema = sig.output_fields[field].annotation.model_json_schema()
+        assert schema["properties"]["kind"]["enum"][0] == "retrieve_then_answer"
