@@ -111,9 +111,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             # than wait for LM calls still running in worker threads. A second Ctrl-C while leaving is ignored.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             terminated = isinstance(e, Terminated)
-            print(f"\n{TERMINATED if terminated else INTERRUPTED}", file=sys.stderr, flush=True)
-            sys.stdout.flush()
-            os._exit(143 if terminated else 130)
+            try:
+                print(f"\n{TERMINATED if terminated else INTERRUPTED}", file=sys.stderr, flush=True)
+                sys.stdout.flush()
+            except (OSError, ValueError):
+                pass                    # the output went away (a closed pipe): leave all the same
+            finally:
+                os._exit(143 if terminated else 130)
         except (DemoError, InputError) as e:
             parser.exit(2, f"adaptive-gepa demo: error: {e}\n")
 
