@@ -153,3 +153,21 @@ def test_sigterm_stops_like_ctrl_c_and_its_wall_time_is_recorded(tmp_path):
     clock = json.loads((out / "demo.json").read_text())
     assert clock["sessions"] == 1 and clock["wall_seconds"] > 0.5
     assert (out / "search" / "state.json").exists()                      # the search record is kept
+
+
+def test_the_wall_clock_survives_a_kill_and_a_slow_refusal_leaves_no_trace(tmp_path):
+    import time
+
+    from dspy_adaptive.demo.run import WallClock
+
+    clock = WallClock(tmp_path)
+    clock.keep_saving(every=0.05)
+    time.sleep(0.3)                                   # SIGKILL now: the time so far is on disk
+    assert json.loads((tmp_path / "demo.json").read_text())["sessions"] == 1
+    clock.stop()
+    refused = WallClock(tmp_path)
+    before = (tmp_path / "demo.json").read_text()
+    refused.keep_saving(every=0.05)
+    time.sleep(0.2)                                   # a refusal that took a while, then...
+    refused.forget()
+    assert (tmp_path / "demo.json").read_text() == before

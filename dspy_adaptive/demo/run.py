@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -165,10 +167,12 @@ class WallClock:
 
     def __init__(self, out: Path):
         self.path = out / STATE_FILE
+        self._stop = threading.Event()
         try:
-            saved = json.loads(self.path.read_text(encoding="utf-8"))
+            self.found: str | None = self.path.read_text(encoding="utf-8")
+            saved = json.loads(self.found)
         except (OSError, ValueError):
-            saved = {}
+            self.found, saved = None, {}
         self.before = float(saved.get("wall_seconds", 0.0)) if isinstance(saved, dict) else 0.0
         self.sessions = int(saved.get("sessions", 0)) + 1 if isinstance(saved, dict) else 1
         self.started = time.perf_counter()
@@ -178,8 +182,32 @@ class WallClock:
         return self.before + time.perf_counter() - self.started
 
     def save(self) -> None:
-        self.path.write_text(json.dumps({"wall_seconds": round(self.total, 1), "sessions": self.sessions}),
-                             encoding="utf-8")
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"wall_seconds": round(self.total, 1), "sessions": self.sessions}), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def keep_saving(self, every: float = 30.0) -> None:
+        """Save every `every` seconds from now on (a daemon thread), so a session killed outright (SIGKILL, a power
+        cut) still leaves its time to within that. The first save comes only after `every` seconds: a session
+        refused in its first seconds is never written."""
+        def beat() -> None:
+            while not self._stop.wait(every):
+                try:
+                    self.save()
+                except OSError:
+                    return
+        threading.Thread(target=beat, name="demo-wall-clock", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def forget(self) -> None:
+        """This session was refused: leave demo.json as it was found (a slow refusal may have saved already)."""
+        self.stop()
+        if self.found is None:
+            self.path.unlink(missing_ok=True)
+        else:
+            self.path.write_text(self.found, encoding="utf-8")
 
 
 def run_demo(config: DemoConfig) -> Path:
@@ -189,13 +217,17 @@ def run_demo(config: DemoConfig) -> Path:
     out = Path(config.out)
     check_out(out)
     clock = WallClock(out)
+    clock.keep_saving()
     try:
         result = _run_demo(config, out, clock)
     except DemoError:
+        clock.forget()
         raise                      # refused before anything ran: not a session
     except BaseException:
+        clock.stop()
         clock.save()               # interrupted, terminated or failed mid-run: its time counts
         raise
+    clock.stop()
     clock.save()
     return result
 
