@@ -25,9 +25,10 @@ from typing import Sequence
 
 DEMO_HELP = """Run Adaptive-GEPA end to end, offline, on the built-in mini mixture (multi-hop questions over an
 invented corpus, arithmetic, private-detail rewrites, constrained writing: 32 feedback, 32 validation and 32
-test requests), with the local 135M SmolLM2 model as actor, router, judge and reflection LM. About 10-15
-minutes on 2 cores. Ctrl-C (or SIGTERM, e.g. from `timeout`) stops it; rerun the same command to resume where
-it stopped (nothing scored is lost, and the report's wall time is the total over every session).
+test requests), with the local 135M SmolLM2 model as actor, router, judge and reflection LM. About 15-20
+minutes on 2 cores (2-3 s per scored call, about a minute per proposal). Ctrl-C (or SIGTERM, e.g. from
+`timeout`) stops it; rerun the same command to resume where it stopped (nothing scored is lost, and the
+report's wall time is the total over every session).
 
 It writes to --out: report.md (what happened: proposals by outcome and why, test scores of the seed and the
 optimized program with whether the change is above the noise, routing, the library, LM usage), PNG plots,
@@ -36,7 +37,7 @@ test_results.json."""
 
 DEMO_EPILOG = """examples:
   adaptive-gepa demo --out runs/demo                          the main job (local model)
-  adaptive-gepa demo --out runs/tour --actor-lm scripted      a 3-second tour of the accept path: scripted LMs
+  adaptive-gepa demo --out runs/tour --actor-lm scripted      a tour of the accept path in seconds: scripted LMs
                                                               for every role propose, gate and accept edits
   adaptive-gepa demo --out runs/vllm --actor-lm hosted_vllm/Qwen/Qwen3-8B --reflection-lm openai/gpt-4.1
   python -m dspy_adaptive.cli demo ...                        the same, without installing the command
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
     d.add_argument("--actor-lm", default="local",
                    help="actor/router LM: 'local' (the bundled 135M model), 'local:/path.gguf', a litellm model "
-                        "string, or 'scripted' (deterministic scripted LMs for every role: a 3-second tour of "
+                        "string, or 'scripted' (deterministic scripted LMs for every role: a tour in seconds of "
                         "the accept path)")
     d.add_argument("--reflection-lm", default="local", help="reflection LM (same forms)")
     d.add_argument("--judge-lm", default=None, help="PUPA judge LM (default: the actor LM)")

@@ -112,7 +112,8 @@ def test_errors_name_the_option_the_user_typed(tmp_path):
 def test_demo_help_documents_the_command():
     proc = run_cli(["demo", "--help"])
     assert proc.returncode == 0
-    for words in ("Ctrl-C", "resume", "report.md", "--proposal-format", "3-second tour", "notebooks/explore_run"):
+    for words in ("Ctrl-C", "SIGTERM", "resume", "report.md", "--proposal-format", "tour of the accept path",
+                  "notebooks/explore_run"):
         assert words in proc.stdout, words
 
 

@@ -23,8 +23,11 @@ class SearchProgress:
 
     def open(self, total: int, initial: int) -> None:
         self.budget = total
-        self._bar = tqdm(total=total, desc=self.desc, unit="call", disable=not self.enabled, initial=initial,
-                         smoothing=0)
+        self._bar = tqdm(total=max(total, initial), desc=self.desc, unit="call", disable=not self.enabled,
+                         initial=initial, smoothing=0)
+        if initial > total:                  # a resumed run already past its budget (the last iteration's overshoot)
+            self._bar.total = total
+            self._fit(self._bar, initial)
 
     def tick(self, n: int = 1) -> None:
         """`n` scored calls completed."""

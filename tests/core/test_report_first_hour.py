@@ -64,6 +64,12 @@ def test_the_bar_counts_reflection_time_and_keeps_its_percentage_past_the_budget
     bar.show(13, best=0.5, archive=2, cost=None)
     assert "cost" not in bar._bar.format_meter(**bar._bar.format_dict)
     bar.close()
+    resumed = SearchProgress(True)                             # a finished run resumed past its budget
+    resumed.open(total=12, initial=16)
+    resumed._bar.fp = io.StringIO()
+    meter = resumed._bar.format_meter(**resumed._bar.format_dict)
+    assert "100%" in meter and "16/16" in meter and "budget 12 exceeded by 4" in meter
+    resumed.close()
 
 
 def _row(error):
