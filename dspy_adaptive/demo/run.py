@@ -282,7 +282,8 @@ def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
     except ResumeMismatchError as e:
         raise DemoError(refusal(out, e)) from None
     except LMSetupError as e:
-        raise DemoError(f"{e}\nThe demo stopped before spending its budget; {out} is as it was.") from None
+        raise DemoError(f"{e}\nThe demo stopped before spending its budget: nothing was scored or recorded in "
+                        f"{out}.") from None
     write_labels({e.id: e.family for e in val}, out / "search")
     result = load_run(out / "search")
 

@@ -179,11 +179,10 @@ def check_lms(roles: Sequence[LMRole], *, call: Callable[[Any], Any] | None = No
     groups = list(distinct.values())
     with ThreadPoolExecutor(max_workers=min(8, len(groups)), thread_name_prefix="lm-check") as pool:
         outcomes = list(pool.map(lambda g: _outcome(call, g[0].lm), groups))
-    for group, exc in zip(groups, outcomes):
-        if exc is None:
-            continue
-        reason = exception_reason(exc)
-        names = " and ".join(r.role for r in group)
+    failed = [(g, exc, exception_reason(exc)) for g, exc in zip(groups, outcomes) if exc is not None]
+    for group, exc, reason in failed:
+        same = [r.role for g, _, why in failed for r in g if why == reason and g[0].model == group[0].model]
+        names = " and ".join(same if reason is not None else [r.role for r in group])
         if reason is None:
             warnings.warn(f"could not check the {names} LM ({group[0].model}): {type(exc).__name__}: "
                           f"{str(exc)[:300]}; the run goes on (it stops early if its first scored calls fail for a "

@@ -198,3 +198,9 @@ def test_the_judge_inside_the_metric_is_part_of_the_runs_identity(data, tmp_path
         with pytest.raises(ResumeMismatchError, match=r"metric_lms.judge_lm.model: was \"scripted/actor\""):
             optimizer(toy.reflection_lm(), log_dir=str(tmp_path / "run"), metric=Judged(other)).compile(
                 dspy.Predict("question -> answer"), trainset=train, valset=val)
+
+
+def test_roles_sharing_a_failing_model_are_named_together(refusing_provider):
+    with pytest.raises(LMSetupError) as err:
+        check_lms([LMRole("fast_lm", hosted()), LMRole("deep_lm", hosted()), LMRole("reflection_lm", toy.actor_lm())])
+    assert str(err.value).startswith("fast_lm and deep_lm: openai/gpt-4.1-mini is not usable (authentication)")
