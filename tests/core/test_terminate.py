@@ -16,7 +16,15 @@ from dspy_adaptive.testing import scripted_lm
 from tests.core import toy
 
 
-def test_sigterm_during_a_search_stops_it_and_the_rerun_resumes(tmp_path):
+@pytest.fixture
+def default_sigterm():
+    """SIGTERM at its default action (another test in the session, e.g. ray.init, may have installed a handler)."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_during_a_search_stops_it_and_the_rerun_resumes(tmp_path, default_sigterm):
     train, val = toy.make_examples(3), toy.make_examples(3, offset=100)
     inner = toy.reflection_lm()
     sent = {"n": 0}
