@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Sequence
 
 DEMO_HELP = """Run Adaptive-GEPA end to end, offline, on the built-in mini mixture (multi-hop questions over an
 invented corpus, arithmetic, private-detail rewrites, constrained writing: 32 feedback, 32 validation and 32
-test requests), with the local 135M SmolLM2 model as actor, router, judge and reflection LM. About 10-15
-minutes on 2 cores. Ctrl-C stops it; rerun the same command to resume where it stopped (nothing scored is
-lost, and the report's wall time is the total over every session).
+test requests), with the local 135M SmolLM2 model as actor, router, judge and reflection LM. About 15-20
+minutes on 2 cores (2-3 s per scored call, about a minute per proposal). Ctrl-C (or SIGTERM, e.g. from
+`timeout`) stops it; rerun the same command to resume where it stopped (nothing scored is lost, and the
+report's wall time is the total over every session).
 
 It writes to --out: report.md (what happened: proposals by outcome and why, test scores of the seed and the
 optimized program with whether the change is above the noise, routing, the library, LM usage), PNG plots,
@@ -35,7 +37,7 @@ test_results.json."""
 
 DEMO_EPILOG = """examples:
   adaptive-gepa demo --out runs/demo                          the main job (local model)
-  adaptive-gepa demo --out runs/tour --actor-lm scripted      a 3-second tour of the accept path: scripted LMs
+  adaptive-gepa demo --out runs/tour --actor-lm scripted      a tour of the accept path in seconds: scripted LMs
                                                               for every role propose, gate and accept edits
   adaptive-gepa demo --out runs/vllm --actor-lm hosted_vllm/Qwen/Qwen3-8B --reflection-lm openai/gpt-4.1
   python -m dspy_adaptive.cli demo ...                        the same, without installing the command
@@ -51,17 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
     d.add_argument("--actor-lm", default="local",
                    help="actor/router LM: 'local' (the bundled 135M model), 'local:/path.gguf', a litellm model "
-                        "string, or 'scripted' (deterministic scripted LMs for every role: a 3-second tour of "
+                        "string, or 'scripted' (deterministic scripted LMs for every role: a tour in seconds of "
                         "the accept path)")
     d.add_argument("--reflection-lm", default="local", help="reflection LM (same forms)")
     d.add_argument("--judge-lm", default=None, help="PUPA judge LM (default: the actor LM)")
-    d.add_argument("--budget", type=int, default=96,
-                   help="max_metric_calls (default 96: the seed's 32 validation rows, then 8 feedback calls per "
-                        "iteration and 32 more for each edit that passes the gate; about 9 minutes here)")
+    d.add_argument("--budget", type=int, default=160,
+                   help="max_metric_calls (default 160: the seed's 32 validation rows, then 8 feedback calls per "
+                        "iteration and 32 more for each edit that passes the gate; about 2-3 s per call here)")
     d.add_argument("--minibatch", type=int, default=4, help="reflection minibatch size (default 4, 1 per family)")
     d.add_argument("--max-specialists", type=int, default=4, help="K, the number of specialist slots (default 4)")
     d.add_argument("--threads", type=int, default=2, help="evaluation threads (default 2)")
-    d.add_argument("--max-tokens", type=int, default=256, help="actor max tokens per call (default 256)")
+    d.add_argument("--max-tokens", type=int, default=96,
+                   help="actor max tokens per call (default 96: a small model's answers stay short, and fast)")
     d.add_argument("--reflection-max-tokens", type=int, default=700,
                    help="reflection max tokens per call (default 700); an answer cut off there is refused")
     d.add_argument("--judge-max-tokens", type=int, default=384,
@@ -82,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 INTERRUPTED = "interrupted — rerun the same command to resume"
+TERMINATED = "terminated (SIGTERM) — rerun the same command to resume"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -101,14 +105,23 @@ def main(argv: Sequence[str] | None = None) -> None:
                 parser.error(f"--{name.replace('_', '-')} must be at least 1, got {options[name]}")
         if options["max_repair_attempts"] < 0:
             parser.error(f"--max-repair-attempts must be 0 or more, got {options['max_repair_attempts']}")
+        from dspy_adaptive.optimizers.terminate import Terminated, sigterm_as_interrupt
+
         try:
-            run_demo(DemoConfig(**options))
-        except KeyboardInterrupt:
+            with sigterm_as_interrupt():        # `timeout`, `kill`: stop as on Ctrl-C, wall time recorded
+                run_demo(DemoConfig(**options))
+        except KeyboardInterrupt as e:
             # Everything scored is already on disk (each call is logged as it completes): leave at once rather
-            # than wait for LM calls still running in worker threads.
-            print(f"\n{INTERRUPTED}", file=sys.stderr, flush=True)
-            sys.stdout.flush()
-            os._exit(130)
+            # than wait for LM calls still running in worker threads. A second Ctrl-C while leaving is ignored.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            terminated = isinstance(e, Terminated)
+            try:
+                print(f"\n{TERMINATED if terminated else INTERRUPTED}", file=sys.stderr, flush=True)
+                sys.stdout.flush()
+            except (OSError, ValueError):
+                pass                    # the output went away (a closed pipe): leave all the same
+            finally:
+                os._exit(143 if terminated else 130)
         except (DemoError, InputError) as e:
             parser.exit(2, f"adaptive-gepa demo: error: {e}\n")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from dspy_adaptive.cli import main
 
@@ -48,6 +49,18 @@ def test_the_scripted_tour_accepts_an_edit_and_the_report_explains_it(tmp_path):
         assert f"]({png})" in report, png                               # every plot is linked
     assert "hotpotqa" not in report.split("## Search record")[0]       # friendly family names
     assert "multi-hop QA" in report
+    # every role is named as it ran, with a wall time people can read (not "local", not "0.0 min")
+    assert "Actor/router/judge: `scripted`; reflection: `scripted`" in report and "local" not in report.split("\n")[2]
+    assert re.search(r"Wall time \d+\.\d s\.", report), report.split("\n")[2]
+    # the tables list the families in the heat-map's order (alphabetical by their names)
+    header = next(line for line in report.splitlines() if line.startswith("| program |"))
+    names = [c.strip() for c in header.split("|")[2:-2]]
+    assert names == sorted(names) == ["arithmetic", "constrained writing", "multi-hop QA", "private rewrite"]
+    assert "## LM usage by role" in report and "| USD |" not in report          # scripted LMs: unpriced
+    by_family = json.loads((out / "results.json").read_text())["test_comparison_by_family"]
+    assert set(by_family) == {"aime", "hotpotqa", "pupa", "livebench_if"}
+    assert all(g["n"] == 8 and {"ci_low", "ci_high", "p_value", "verdict"} <= set(g) for g in by_family.values())
+    assert "## Test change per family (paired by request)" in report and "| multi-hop QA | 8 |" in report
 
 
 def test_a_resumed_demo_keeps_its_wall_time_and_record(tmp_path):
@@ -89,7 +102,7 @@ def test_errors_name_the_option_the_user_typed(tmp_path):
     scripted(out)
     proc = run_cli(["demo", "--out", str(out), "--actor-lm", "scripted", "--budget", "60", "--max-specialists", "2"])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert f"--out {out} holds a demo run with another configuration" in proc.stderr
+    assert f"--out {out} holds a demo run made with other settings" in proc.stderr
     proc = run_cli(["demo", "--out", str(tmp_path / "x"), "--actor-lm", "local:/no/such.gguf"])
     assert proc.returncode == 2 and "--actor-lm local:/no/such.gguf: no GGUF file" in proc.stderr
     proc = run_cli(["demo", "--out", str(tmp_path / "x"), "--budget", "0"])
@@ -99,7 +112,8 @@ def test_errors_name_the_option_the_user_typed(tmp_path):
 def test_demo_help_documents_the_command():
     proc = run_cli(["demo", "--help"])
     assert proc.returncode == 0
-    for words in ("Ctrl-C", "resume", "report.md", "--proposal-format", "3-second tour", "notebooks/explore_run"):
+    for words in ("Ctrl-C", "SIGTERM", "resume", "report.md", "--proposal-format", "tour of the accept path",
+                  "notebooks/explore_run"):
         assert words in proc.stdout, words
 
 
@@ -115,3 +129,60 @@ def test_the_demo_can_serve_with_a_distilled_router(tmp_path):
     assert "## Distilled router" in report and "share still calling the LM router" in report
     tests = json.loads((out / "test_results.json").read_text())
     assert tests["optimized_hash"].endswith("+distilled")
+
+
+def test_a_refused_rerun_says_what_differs_and_is_not_counted(tmp_path):
+    out = tmp_path / "demo"
+    scripted(out)
+    before = json.loads((out / "demo.json").read_text())
+    proc = run_cli(["demo", "--out", str(out), "--actor-lm", "scripted", "--budget", "60", "--max-specialists", "2"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "What differs:" in proc.stderr and "max_specialists: was 4, now 2" in proc.stderr, proc.stderr
+    assert "[demo] resuming" not in proc.stdout                          # it never said it resumed
+    assert json.loads((out / "demo.json").read_text()) == before          # not a session, no time added
+
+
+def test_sigterm_stops_like_ctrl_c_and_its_wall_time_is_recorded(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "d"
+    code = ("import time, dspy_adaptive.demo.run as r\n"
+            "def slow(*a, **k):\n    print('TESTING', flush=True); time.sleep(60)\n"
+            "r.evaluate_on = slow\n"
+            "from dspy_adaptive.cli import main; main(%r)" % (["demo", "--out", str(out), "--actor-lm", "scripted",
+                                                              "--budget", "60"],))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    for line in proc.stdout:                      # the search is done; the test phase is running
+        if "TESTING" in line:
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "terminated (SIGTERM) — rerun the same command to resume" in err and "Traceback" not in err
+    clock = json.loads((out / "demo.json").read_text())
+    assert clock["sessions"] == 1 and clock["wall_seconds"] > 0.5
+    assert (out / "search" / "state.json").exists()                      # the search record is kept
+
+
+def test_the_wall_clock_survives_a_kill_and_a_slow_refusal_leaves_no_trace(tmp_path):
+    import time
+
+    from dspy_adaptive.demo.run import WallClock
+
+    clock = WallClock(tmp_path)
+    clock.keep_saving(every=0.05)
+    time.sleep(0.3)                                   # SIGKILL now: the time so far is on disk
+    assert json.loads((tmp_path / "demo.json").read_text())["sessions"] == 1
+    clock.stop()
+    refused = WallClock(tmp_path)
+    before = (tmp_path / "demo.json").read_text()
+    refused.keep_saving(every=0.05)
+    time.sleep(0.2)                                   # a refusal that took a while, then...
+    refused.forget()
+    assert (tmp_path / "demo.json").read_text() == before

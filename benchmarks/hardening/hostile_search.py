@@ -168,6 +168,7 @@ def run_hostile_search(tmp: Path, *, budget: int | None = None, limit: int | Non
             opt = AdaptiveGEPA(metric, reflection_lm=refl.lm, max_metric_calls=budget, reflection_minibatch_size=3,
                                seed=0, use_merge=False, skip_perfect_score=False, failure_score=FAILURE_SCORE,
                                max_repair_attempts=0,   # each hostile source is judged once, as written
+                               proposal_format="code",  # hostile source, never a spec rendered for it
                                num_threads=2, track_stats=True, progress=False, log_dir=str(log_dir),
                                sandbox=SandboxSettings(timeout=1.0, memory_mb=256, max_predictor_calls=20))
             routed = opt.compile(dspy.Predict("canary -> answer"), trainset=train, valset=val)

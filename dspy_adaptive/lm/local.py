@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_GGUF_PACKAGE",
     "LlamaCppEngine",
     "default_model_path",
+    "is_in_process",
     "local_lm",
     "make_lm",
 ]
@@ -410,6 +411,12 @@ def local_lm(path: str | os.PathLike | None = None, *, n_ctx: int = 4096, n_thre
     name = model_name or _model_name(engine.model_path)
     return dspy.LM(name, engine=engine, cache=cache, num_retries=0,
                    temperature=temperature, max_tokens=max_tokens)
+
+
+def is_in_process(lm: Any) -> bool:
+    """`lm` computes its answers in this process with a GGUF model (a `LlamaCppEngine`): the small local models
+    this package runs offline, not a model served over HTTP."""
+    return isinstance(getattr(lm, "engine", None), LlamaCppEngine)
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:

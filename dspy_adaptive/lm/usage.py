@@ -30,7 +30,7 @@ ROLES = ("router", "specialist", "fallback", "reflection", "metric")
 
 
 def _empty() -> dict[str, float]:
-    return {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0}
+    return {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0, "unpriced_calls": 0}
 
 
 _PRICES: dict[str, tuple[float, float] | None] = {}
@@ -101,8 +101,10 @@ class UsageMeter:
             entry["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
             entry["completion_tokens"] += int(usage.get("completion_tokens") or 0)
             entry["cost"] += cost or 0.0
-            if cost is None and model:
-                self.unpriced_models.add(str(model))
+            if cost is None:
+                entry["unpriced_calls"] += 1
+                if model:
+                    self.unpriced_models.add(str(model))
         if self.parent is not None:
             self.parent._add(role_name, usage, cost, model)
 
@@ -129,6 +131,15 @@ class UsageMeter:
     def total_cost(self) -> float:
         with self._lock:
             return sum(v["cost"] for v in self._by_role.values())
+
+    def shown_cost(self) -> float | None:
+        """The USD to show people: None while every call so far was to a model without a list price (a local or
+        scripted model), where "$0.0000" would read as free rather than unpriced."""
+        with self._lock:
+            calls = sum(v["calls"] for v in self._by_role.values())
+            unpriced = sum(v.get("unpriced_calls", 0) for v in self._by_role.values())
+            cost = sum(v["cost"] for v in self._by_role.values())
+        return None if calls and unpriced >= calls and not cost else cost
 
     def totals(self) -> dict[str, float]:
         """Calls, tokens and cost summed over every role."""

@@ -123,7 +123,8 @@ class AdaptiveGEPA(Teleprompter):
         max_cost_usd: stop once the LM cost of every role reaches this many US dollars.
         max_repair_attempts: times a reflection answer rejected before the gate is sent back with its reason
             (`reflection.settings.ReflectionSettings`).
-        proposal_format: new programs as "code", "structured" or "auto" (ReflectionSettings).
+        proposal_format: new programs as "code", "structured" or "auto" (default: structured for an in-process
+            local reflection model, else code switching to structured after rejections; ReflectionSettings).
         reflection_context_tokens: the reflection LM's context window (None: read from the LM); what reflection
             reads is fitted into it (ReflectionSettings).
         unusable_programs: "reject" (default) or "gate": truncated or refused programs go to the gate, charged,
@@ -183,7 +184,7 @@ class AdaptiveGEPA(Teleprompter):
         progress: bool = True,
         max_cost_usd: float | None = None,
         max_repair_attempts: int = 1,
-        proposal_format: str = "code",
+        proposal_format: str = "auto",
         reflection_context_tokens: int | None = None,
         unusable_programs: str = "reject",
         max_candidates: int | None = None,
@@ -246,7 +247,8 @@ class AdaptiveGEPA(Teleprompter):
         identity = {**spec_identity(spec, train, val), **c.identity(search, reflection)}
         b = c.budget
         run = assemble(spec, limits=BudgetLimits(max_calls, b.max_cost_usd, b.max_idle_iterations, b.max_candidates),
-                       log_dir=c.run.log_dir, identity=identity, what="search", progress=c.run.progress)
+                       log_dir=c.run.log_dir, identity=identity, what="search", progress=c.run.progress,
+                       lms={"reflection_lm": c.reflection.lm})
         if c.sandbox.isolation == "strict":
             run.pool.isolation_report()     # refuses here, before any LM money is spent
         else:

@@ -9,6 +9,9 @@ evaluator, the checkpoint store with its resume, the schedule and the progress b
 
 The run's identity -- everything that changes its results -- is written before the first scored call; a
 rerun on the same log_dir with anything different is refused, naming what differs (see search.checkpoint).
+Then every LM role is checked (`lm.preflight.check_lms`), and the evaluator's guard stops a run whose first
+scored calls all fail for a configuration reason: an LM that cannot be used costs nothing but its check, and
+leaves no files that would refuse the corrected rerun (`CheckpointStore.discard_unused`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 
 from dspy_adaptive.data import Row
+from dspy_adaptive.lm.preflight import FirstCallsGuard, LMSetupError, check_lms, lm_roles, lms_inside
 from dspy_adaptive.lm.usage import UsageMeter, current_meter
+from dspy_adaptive.optimizers.terminate import sigterm_as_interrupt
 from dspy_adaptive.program.library import Library
 from dspy_adaptive.program.route_memo import RouteMemo
 from dspy_adaptive.program.routed import RoutedProgram
@@ -97,6 +102,7 @@ class AssembledRun:
     services: RunServices
     resume: Resume
     threads: int
+    _signals: Any = dataclasses.field(default=None, init=False, repr=False)
 
     @property
     def evaluator(self) -> Evaluator:
@@ -140,23 +146,42 @@ class AssembledRun:
         return self.base.with_library(library, owns_sandbox=True, route_memo=None)
 
     def __enter__(self) -> "AssembledRun":
+        """While the run is inside, SIGTERM stops it as Ctrl-C does (`optimizers.terminate`)."""
+        self._signals = sigterm_as_interrupt()
+        self._signals.__enter__()
         return self
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        """Stop the rows (interrupted: rows not started are dropped, not run first) and close the store."""
+        """Stop the rows (interrupted: rows not started are dropped, not run first) and close the store (a run
+        stopped for an unusable LM before it logged anything leaves no files behind)."""
+        signals, self._signals = self._signals, None
+        if signals is not None:
+            signals.__exit__(None, None, None)
         self.evaluator.close(wait=exc_type is None)
         if self.store is not None:
             self.store.close()
+            if exc_type is not None and issubclass(exc_type, LMSetupError):
+                self.store.discard_unused()
 
 
 def assemble(spec: RunSpec, *, limits: BudgetLimits, log_dir: str | None, identity: Mapping[str, Any],
-             what: str = "run", progress: bool = False, progress_desc: str = "Adaptive-GEPA") -> AssembledRun:
+             what: str = "run", progress: bool = False, progress_desc: str = "Adaptive-GEPA",
+             lms: Mapping[str, Any] | None = None) -> AssembledRun:
     """Build a run: program and pool, cost ledger, budget, checkpoint store (opened: another run's files are
-    refused here, before anything is scored), evaluator with the replay of interrupted work, schedule and
-    progress bar."""
+    refused here, before anything is scored), the check of every LM role (`lms`: the roles the program does not
+    name, e.g. {"reflection_lm": lm}), evaluator with the replay of interrupted work and the first-calls guard,
+    schedule and progress bar."""
     threads = spec.execution.threads()
     store = CheckpointStore(log_dir, identity, what=what) if log_dir else None
     resume = store.open() if store is not None else Resume(None)
+    roles = lm_roles(fast_lm=spec.program.fast_lm, deep_lm=spec.program.deep_lm, student=spec.student,
+                     metric=spec.metric, extra=lms)
+    try:
+        check_lms(roles)
+    except LMSetupError:
+        if store is not None:
+            store.discard_unused()
+        raise
     base = build_program(spec, max_workers=max(2, threads),
                          route_memo=RouteMemo() if spec.execution.route_memo else None)
     meter = UsageMeter()
@@ -171,7 +196,7 @@ def assemble(spec: RunSpec, *, limits: BudgetLimits, log_dir: str | None, identi
 
     executor = _ray_executor(spec, threads, meter, base) if spec.execution.executor == "ray" else None
     evaluator = evaluator_for(spec, base, budget, num_threads=threads, on_scored=on_scored, schedule=schedule,
-                              replay=Replay(resume.pending), executor=executor)
+                              replay=Replay(resume.pending), executor=executor, guard=FirstCallsGuard(roles))
     return AssembledRun(spec, base, RunServices(evaluator, budget, meter, store, schedule, bar), resume, threads)
 
 
@@ -231,13 +256,14 @@ def program_identity(student: dspy.Module) -> str:
 
 
 def spec_identity(spec: RunSpec, train: Sequence[Row], val: Sequence[Row]) -> dict[str, Any]:
-    """The identity every run shares: program, metric, data, slots, LMs (the configured one where a profile
-    has none), tools, sandbox limits and scoring."""
+    """The identity every run shares: program, metric (and the LMs it holds, a judge), data, slots, LMs (the
+    configured one where a profile has none), tools, sandbox limits and scoring."""
     configured = dspy.settings.lm
     p = spec.program
     return {
         "program": program_identity(spec.student),
         "metric": f"{getattr(spec.metric, '__module__', '?')}.{getattr(spec.metric, '__qualname__', '?')}",
+        "metric_lms": {path: describe_lm(lm) for path, lm in lms_inside(spec.metric)},   # a judge changes scores
         "trainset": rows_identity(train), "valset": rows_identity(val),
         "max_specialists": p.max_specialists, "tools": sorted(p.tools),
         "fast_lm": describe_lm(p.fast_lm if p.fast_lm is not None else configured),

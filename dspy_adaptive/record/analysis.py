@@ -67,18 +67,56 @@ def run_record_dir(path: str | Path) -> Path:
                             "--out folder (rerun the demo to finish an interrupted run)")
 
 
-def resolve_run_dir(env_var: str = "RUN_DIR", search_from: str | Path | None = None) -> Path:
-    """`$RUN_DIR` if set (a log_dir, or a demo's --out folder holding search/), else the newest run under `runs/`
-    in `search_from` (default cwd) or its parents."""
+DEMO_OUT = "runs/demo"     # the demo's default --out
+
+
+def user_dirs(search_from: str | Path | None = None) -> list[Path]:
+    """Where a relative path given by the user is read from, in order: `search_from`, else the directory the user
+    started Jupyter or nbconvert in (`$PWD`, which the kernel inherits from that shell), then the process's own
+    directory (a notebook's kernel runs in notebooks/) and the directories above it."""
+    here = Path.cwd().resolve()
+    first = [Path(search_from).resolve()] if search_from else \
+        ([Path(os.environ["PWD"]).resolve()] if os.environ.get("PWD") else [])
+    out: list[Path] = []
+    for start in (*first, here):
+        for base in (start, *start.parents):
+            if base not in out:
+                out.append(base)
+    return out
+
+
+def open_run_dir(env_var: str = "RUN_DIR", search_from: str | Path | None = None) -> tuple[Path, str]:
+    """(run directory, a sentence saying which run was opened and why). `$RUN_DIR` (a log_dir, or a demo's --out
+    folder holding search/) is read from where the user stands (`user_dirs`); without it the demo's runs/demo is
+    opened when there is one, else the newest runs/**/run.json."""
     value = os.environ.get(env_var)
+    bases = user_dirs(search_from)
     if value:
-        return run_record_dir(value)
-    start = Path(search_from or Path.cwd()).resolve()
-    for base in (start, *start.parents):
+        path = Path(value).expanduser()
+        tried = [path] if path.is_absolute() else [b / path for b in bases]
+        for candidate in tried:
+            if candidate.exists():
+                found = run_record_dir(candidate)
+                return found, f"opened ${env_var}={value}: {found}"
+        raise FileNotFoundError(f"${env_var}={value} was not found; looked in " + ", ".join(map(str, tried[:4]))
+                                + ". Give the demo's --out folder or a run's log_dir (absolute, or relative to "
+                                  "where you started Jupyter).")
+    for base in bases:
+        demo = base / DEMO_OUT
+        if (demo / "search" / "run.json").is_file():
+            return (demo / "search").resolve(), (f"opened the demo's run {demo} (${env_var} is not set; set it to "
+                                                 "open another run)")
         found = latest_run_dir(base / "runs")
         if found is not None:
-            return found
-    raise FileNotFoundError(f"${env_var} is not set and no runs/**/run.json was found from {start} upwards")
+            return found.resolve(), (f"opened the newest run under {base / 'runs'}: {found} (${env_var} is not set; "
+                                     "set it to open another run)")
+    raise FileNotFoundError(f"${env_var} is not set and no runs/**/run.json was found from {bases[0]} upwards: run "
+                            f"the demo, or set {env_var} to a run's log_dir or the demo's --out folder")
+
+
+def resolve_run_dir(env_var: str = "RUN_DIR", search_from: str | Path | None = None) -> Path:
+    """The run directory `open_run_dir` chooses."""
+    return open_run_dir(env_var, search_from)[0]
 
 
 # -- routing --------------------------------------------------------------------------------------------

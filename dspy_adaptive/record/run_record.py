@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from dspy_adaptive.escaping import md_cell, md_fence, md_text
+from dspy_adaptive.escaping import md_cell, md_code, md_fence, md_text
 from dspy_adaptive.program.library import Library
 from dspy_adaptive.record.merge_census import budget_accounting, merge_census
 from dspy_adaptive.schema import ACTIONS, REFLECTION_ERRORS, ProposalRecord, RowResult, clip, slot_label
@@ -143,7 +143,10 @@ def fault_summary(proposals: Iterable[ProposalRecord], row_results: Iterable[Row
     results = list(row_results)
     by_kind = Counter(r.error_kind or "error" for r in results if r.error)
     notes = Counter(clip(r.metric_note, 300) for r in results if r.metric_note)
+    errors = Counter(clip(r.error.strip().splitlines()[0] if r.error.strip() else r.error, 300)
+                     for r in results if r.error)
     return {"failed_rollouts": sum(by_kind.values()), "failed_rollouts_by_type": dict(by_kind),
+            "failed_rollout_errors": [[error, n] for error, n in errors.most_common(3)],
             "metric_faults": sum(1 for r in results if r.metric_note),
             "metric_fault_notes": [[note, n] for note, n in notes.most_common(3)],
             "router_fallbacks": sum(1 for r in results if r.router_unparsed),
@@ -231,6 +234,54 @@ def outcome_lines(r: "AdaptiveGEPAResult") -> list[str]:
     return lines
 
 
+def rollout_error_lines(faults: Mapping[str, Any] | None) -> list[str]:
+    """What the failed rollouts' errors were, most common first (the error's first line)."""
+    errors = (faults or {}).get("failed_rollout_errors") or []
+    if not errors:
+        return []
+    lines = ["", "What the failed rollouts raised (each scored as a failure), most common first:", ""]
+    lines += [f"- {n} x: {md_text(error)}" for error, n in errors]
+    return lines
+
+
+def accepted_edit_lines(r: "AdaptiveGEPAResult") -> list[str]:
+    """Every accepted proposal -- also those that did not beat the seed on validation -- with what it changed."""
+    accepted = [p for p in r.proposals if p.get("accepted") and p.get("child_index") is not None]
+    if not accepted:
+        return []
+    seed = r.val_aggregate_scores[0]
+    lines = ["", "## Accepted edits", "",
+             f"Each passed its minibatch gate and was validated; the seed's validation mean is {seed:.4f}.", "",
+             "| iteration | candidate | action | slot | minibatch parent -> child | validation mean | vs seed |",
+             "|---:|---:|---|---:|---|---:|---|"]
+    for p in accepted:
+        i = p["child_index"]
+        val = r.val_aggregate_scores[i]
+        verdict = "above" if val > seed else "tie" if val == seed else "below"
+        sums = (f"{p['parent_sum']:.2f} -> {p['child_sum']:.2f}" if p.get("parent_sum") is not None
+                and p.get("child_sum") is not None else "-")
+        lines.append(f"| {p['iteration']} | #{i} | {md_cell(p.get('action') or p['kind'])} | "
+                     f"{p.get('slot') if p.get('slot') is not None else '-'} | {sums} | {val:.4f} | {verdict} |")
+    for p in accepted:
+        lines += ["", f"Candidate #{p['child_index']} ({md_code(p.get('action') or p['kind'])}):", "",
+                  *edit_text(r.candidates[p["child_index"]], p.get("action"), p.get("slot"))]
+    return lines
+
+
+def edit_text(library: Any, action: str | None, slot: int | None) -> list[str]:
+    """What an accepted edit wrote, as fenced text: the router, or the slot's description and program."""
+    if action == "rewrite_router":
+        return ["Router:", "", md_fence(clip(library.router, 1500), "text")]
+    if slot is None or not library.slot(slot).active:        # a merge: the library it assembled
+        return [f"- slot {k} ({md_text(sl.profile)}): {md_text(clip(sl.description, 300))}"
+                for k, sl in library.items() if sl.active] or ["- no active specialist"]
+    target = library.slot(slot)
+    out = ["Description:", "", md_fence(clip(target.description, 800), "text")]
+    if action != "rewrite_description":
+        out += ["", md_fence(clip(target.program_source, 3000), "python")]
+    return out
+
+
 def metric_fault_lines(faults: Mapping[str, Any] | None) -> list[str]:
     """What the metric faults were: the most common notes (e.g. a judge cut off at its token limit)."""
     notes = (faults or {}).get("metric_fault_notes") or []
@@ -274,16 +325,34 @@ def plot_learning_curve(result: AdaptiveGEPAResult, path: str | Path) -> None:
 
 
 def usage_lines(r: AdaptiveGEPAResult) -> list[str]:
-    """The cost ledger: LM calls, tokens and USD per role, then per proposal (litellm's list prices; models it
-    cannot price count 0)."""
+    """The cost ledger: LM calls, tokens and USD per role, then per proposal (litellm's list prices). Calls of
+    models without a list price (local or scripted models) are said to be unpriced rather than shown as $0; a
+    run with no priced call has no USD columns at all."""
     total = {k: sum(v.get(k, 0) for v in r.usage.values()) for k in ("calls", "prompt_tokens", "completion_tokens",
-                                                                     "cost")}
+                                                                     "cost", "unpriced_calls")}
+    priced = total["calls"] > total["unpriced_calls"] or total["cost"] > 0
+    if not priced:
+        lines = ["", "## LM usage by role", "", "Every call was to a model without a list price (a local or scripted "
+                 "model): unpriced, so no USD is shown.", "",
+                 "| role | calls | prompt tokens | completion tokens |", "|---|---:|---:|---:|"]
+        lines += [f"| {md_cell(k)} | {int(v['calls'])} | {int(v['prompt_tokens'])} | {int(v['completion_tokens'])} |"
+                  for k, v in r.usage.items()]
+        lines.append(f"| **total** | {int(total['calls'])} | {int(total['prompt_tokens'])} | "
+                     f"{int(total['completion_tokens'])} |")
+        return lines
+
+    def usd(v: Mapping[str, Any]) -> str:
+        if v.get("calls") and v.get("unpriced_calls", 0) >= v["calls"] and not v.get("cost"):
+            return "unpriced"
+        return f"{v.get('cost', 0.0):.4f}" + (f" (+{int(v['unpriced_calls'])} unpriced)"
+                                              if v.get("unpriced_calls") else "")
+
     lines = ["", "## LM usage and cost by role", "", "| role | calls | prompt tokens | completion tokens | USD |",
              "|---|---:|---:|---:|---:|"]
     lines += [f"| {md_cell(k)} | {int(v['calls'])} | {int(v['prompt_tokens'])} | {int(v['completion_tokens'])} | "
-              f"{v['cost']:.4f} |" for k, v in r.usage.items()]
+              f"{usd(v)} |" for k, v in r.usage.items()]
     lines.append(f"| **total** | {int(total['calls'])} | {int(total['prompt_tokens'])} | "
-                 f"{int(total['completion_tokens'])} | {total['cost']:.4f} |")
+                 f"{int(total['completion_tokens'])} | {usd(total)} |")
     costed = [p for p in r.proposals if p.get("usage")]
     if costed:
         roles = sorted({k for p in costed for k in p["usage"]})
@@ -358,8 +427,10 @@ def render_markdown(r: AdaptiveGEPAResult) -> str:
                       f"{f.get('metric_faults', 0)} metric faults, "
                       f"{f.get('failed_reflections', 0)} failed reflections, "
                       f"{f.get('lost_to_interruptions', 0)} scored calls lost to interruptions."]
+        lines += rollout_error_lines(f)
         lines += metric_fault_lines(f)
     lines += outcome_lines(r)
+    lines += accepted_edit_lines(r)
     lines += usage_lines(r)
     if r.endpoints:
         lines += ["", "LM endpoints (pooled LMs, through litellm's Router):", "",

@@ -11,6 +11,7 @@ import dspy
 
 from dspy_adaptive import checks
 from dspy_adaptive.data import InputError
+from dspy_adaptive.lm.local import is_in_process
 from dspy_adaptive.reflection.external import ProposerReflector
 from dspy_adaptive.reflection.propose import UNUSABLE_PROGRAMS, Reflector
 from dspy_adaptive.reflection.structured import PROPOSAL_FORMATS
@@ -32,8 +33,11 @@ class ReflectionSettings:
             "structured" (it fills a typed specification -- the program's shape among predict, chain of thought,
             retrieve-then-answer over a tool and draft-and-check, plus its instructions -- and the source is
             generated from it, so it always passes the sandbox policy; suits small local reflection models) or
-            "auto" (code, switching a target to structured after 2 recent code proposals for it were rejected
-            before the gate).
+            "auto" (the default), chosen from the reflection LM: a GGUF model running in this process (the
+            local engine, `lm.local`) gets "structured" from the start, since models that small do not write a
+            valid dspy.Module; any other LM -- hosted, or served over HTTP on this machine (vLLM, Ollama) --
+            starts with code and switches a target to structured after 2 recent code proposals for it were
+            rejected before the gate. `resolved_format` is what a run uses (its identity records it).
         format_failure_feedback (add_format_failure_as_feedback): show reflection an unparseable LM answer with
             its failure.
         context_tokens (reflection_context_tokens): the reflection LM's context window in tokens; None reads it
@@ -53,7 +57,7 @@ class ReflectionSettings:
     code_proposer: Callable | None = None
     component_selector: Callable | None = None
     max_repair_attempts: int = 1
-    proposal_format: str = "code"
+    proposal_format: str = "auto"
     format_failure_feedback: bool = False
     context_tokens: int | None = None
     unusable_programs: str = "reject"
@@ -73,6 +77,14 @@ class ReflectionSettings:
         if self.lm is None and not self.external:
             raise InputError("reflection_lm is required: pass a strong model, e.g. "
                              "reflection_lm=dspy.LM('openai/gpt-5', temperature=1.0)")
+
+    @property
+    def resolved_format(self) -> str:
+        """The format a run uses: the given one, or for "auto" "structured" with an in-process local reflection
+        model and "auto" (code, then structured after rejections) with any other."""
+        if self.proposal_format == "auto" and is_in_process(self.lm):
+            return "structured"
+        return self.proposal_format
 
     @property
     def external(self) -> bool:
@@ -98,7 +110,7 @@ class ReflectionSettings:
 
     def proposals_identity(self) -> dict[str, Any]:
         """What about the proposals changes a run's results (its identity, for resume)."""
-        return {"format": self.proposal_format, "external": self.external,
+        return {"format": self.resolved_format, "external": self.external,
                 "max_repair_attempts": self.max_repair_attempts, "unusable_programs": self.unusable_programs,
                 "context_tokens": self.context_tokens}
 
@@ -106,7 +118,7 @@ class ReflectionSettings:
                   ) -> Reflector:
         """The reflector of a run whose requests have `input_names` and whose specialists may call `tools`."""
         common = dict(input_names=tuple(input_names), output_names=(), tools=dict(tools),
-                      max_repair_attempts=self.max_repair_attempts, proposal_format=self.proposal_format,
+                      max_repair_attempts=self.max_repair_attempts, proposal_format=self.resolved_format,
                       context_tokens=self.context_tokens, unusable_programs=self.unusable_programs, schedule=schedule)
         if self.external:
             return ProposerReflector(self.lm, instruction_proposer=self.instruction_proposer,

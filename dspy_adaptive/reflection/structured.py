@@ -146,14 +146,24 @@ class RewriteProgramSpec(dspy.Signature):
 NO_TOOL = "none"
 
 
+def kinds_for(tools: Sequence[str]) -> tuple[str, ...]:
+    """The shapes in the order the schema lists them: with tools, the tool-using shape first. A small model decoding
+    under a grammar picks the first listed value far more often than the others (SmolLM2-135M chose `predict`, then
+    first, in every activation of the demo), so a run's tools would otherwise go unused."""
+    if not tools:
+        return MODULE_KINDS
+    return ("retrieve_then_answer", *(k for k in MODULE_KINDS if k != "retrieve_then_answer"))
+
+
 def signatures_for(tools: Sequence[str]) -> tuple[type[dspy.Signature], type[dspy.Signature]]:
     """(ActivateSlotSpec, RewriteProgramSpec) whose `tool` is an enum of the run's tools and "none", so a
     schema-constrained model can only name a tool that exists (the plain signatures above accept any text and
-    `spec_from` checks it)."""
+    `spec_from` checks it), and whose `kind` lists the shapes in `kinds_for`'s order."""
     choice = Literal[(*tools, NO_TOOL)]  # type: ignore[valid-type]
     tool_field = (choice, pydantic.Field(description=TOOL_DESC))
-    shape = pydantic.create_model("ProgramShape", __base__=ProgramShape, tool=tool_field)
-    activation = pydantic.create_model("Activation", __base__=Activation, tool=tool_field)
+    kind_field = (Literal[kinds_for(tools)], pydantic.Field(description=KIND_DESC))  # type: ignore[valid-type]
+    shape = pydantic.create_model("ProgramShape", __base__=ProgramShape, tool=tool_field, kind=kind_field)
+    activation = pydantic.create_model("Activation", __base__=Activation, tool=tool_field, kind=kind_field)
     activate = ActivateSlotSpec.with_updated_fields("activation", type_=activation)
     rewrite = RewriteProgramSpec.with_updated_fields("shape", type_=shape)
     return activate, rewrite

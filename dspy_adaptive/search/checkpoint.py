@@ -39,7 +39,17 @@ STATE_VERSION = 2
 
 
 class ResumeMismatchError(InputError):
-    """log_dir holds another run (other program, data, settings or LMs): it is not resumed silently."""
+    """log_dir holds another run (other program, data, settings or LMs): it is not resumed silently.
+    `differences`: what differs, one line each (`merge.enabled: was true, now false`); empty when the files are
+    of another layout version."""
+
+    differences: tuple[str, ...] = ()
+
+    @classmethod
+    def listing(cls, differences: list[str], message: str) -> "ResumeMismatchError":
+        err = cls(message)
+        err.differences = tuple(differences)
+        return err
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -204,7 +214,8 @@ class CheckpointStore:
         before = (state or {}).get("identity") or (marker or {}).get("identity") or {}
         if before != self.identity:
             diffs = _differences(before, self.identity)
-            raise ResumeMismatchError(
+            raise ResumeMismatchError.listing(
+                diffs,
                 f"log_dir {str(self.dir)!r} holds another {self.what} (a different configuration, program or data, "
                 "or other LMs); refusing to resume it silently. What differs:\n  " + "\n  ".join(diffs[:12])
                 + ("\n  ..." if len(diffs) > 12 else "") + "\nRerun with the same settings to resume it; to start "
@@ -222,6 +233,18 @@ class CheckpointStore:
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                     break  # torn tail from a crash mid-append (nothing after it was flushed)
         return calls
+
+    def discard_unused(self) -> bool:
+        """The run stopped before it logged or committed anything (an LM that cannot be used): remove the identity
+        and the empty log `open` wrote, so a corrected rerun starts fresh instead of being refused as another run.
+        True when they were removed."""
+        self.close()
+        evals = self.dir / EVALS
+        if (self.dir / STATE).exists() or (evals.exists() and evals.stat().st_size):
+            return False
+        for name in (IDENTITY, EVALS):
+            (self.dir / name).unlink(missing_ok=True)
+        return True
 
     # -- running --------------------------------------------------------------------------------------------
     def append_eval(self, tag: int, key: str, kind: str, result: RowResult) -> None:

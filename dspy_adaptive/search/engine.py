@@ -154,7 +154,7 @@ class SearchEngine:
             self.merge_state = self.merge_state.accepted_reflection()
         self._checkpoint()
         self.progress.show(self.budget.spent, best=self.archive[self.archive.best_index()].val_mean,
-                           archive=len(self.archive), cost=self.meter.total_cost())
+                           archive=len(self.archive), cost=self.meter.shown_cost())
         for observe in self.observers:
             observe(self, record)
 

@@ -34,6 +34,7 @@ from dspy.evaluate.evaluate import EvaluationResult
 from dspy.utils.callback import with_callbacks
 
 from dspy_adaptive.data import Row
+from dspy_adaptive.lm.preflight import FirstCallsGuard
 from dspy_adaptive.program.library import Library
 from dspy_adaptive.program.routed import RoutedProgram
 from dspy_adaptive.program.scoring import score_example
@@ -58,12 +59,16 @@ class Evaluator:
         replay: the calls an interrupted run made and the resumed run may ask for again (see the module
             docstring), or None.
         executor: where rows run (default: a thread pool of `num_threads`).
+        guard: watches the session's first scored calls and stops the run (`LMSetupError`) when they all fail
+            for a configuration reason (`lm.preflight.FirstCallsGuard`); the calls it holds back are logged only
+            once one call comes back without such a fault. None: no early stop.
     """
 
     def __init__(self, base: RoutedProgram, metric: Callable, budget: Budget, *, num_threads: int = 1,
                  failure_score: float = 0.0, keep_outputs: bool = False, format_failure_feedback: bool = False,
                  reuse_scores: bool = False, on_scored: OnScored | None = None, schedule: Any = None,
-                 replay: Replay | None = None, executor: RowExecutor | None = None):
+                 replay: Replay | None = None, executor: RowExecutor | None = None,
+                 guard: FirstCallsGuard | None = None):
         self.base = base
         self.keep_outputs = keep_outputs                          # whole outputs (track_best_outputs)
         self.format_failure_feedback = format_failure_feedback    # add_format_failure_as_feedback
@@ -75,6 +80,7 @@ class Evaluator:
         self.schedule = schedule
         self.replay = replay if replay is not None else Replay()
         self.reuse_scores = reuse_scores
+        self.guard = guard
         self.faulty: list[RowResult] = []   # every scored call that failed, or whose metric or router misbehaved
         self.num_threads = max(1, num_threads)
         self.executor: RowExecutor = executor or ThreadExecutor(self.base.with_library, self.score_row,
@@ -121,8 +127,9 @@ class Evaluator:
         fresh: list[RowResult] = []
         if run:
             t0 = time.perf_counter()
-            log = None if self.on_scored is None else (lambda res: self.on_scored(tag, key, kind, res))
-            fresh = self.executor.run(library, run, log)
+            fresh = self.executor.run(library, run, lambda res: self._log(tag, key, kind, res))
+            if self.guard is not None:
+                self.guard.evaluation_done()
             if self.schedule is not None:
                 depth = max(sum(1 for s in r.steps) for r in fresh)
                 self.schedule.record(kind, len(fresh), depth, t0, time.perf_counter())
@@ -135,6 +142,13 @@ class Evaluator:
         for res in fresh:
             self.note_fault(res)      # (replayed results were noted when the run resumed)
         return results
+
+    def _log(self, tag: int, key: str, kind: str, res: RowResult) -> None:
+        """A scored call came back: to the log (through the first-calls guard, which may hold it back or stop)."""
+        admitted = [(tag, key, kind, res)] if self.guard is None else self.guard.admit((tag, key, kind, res), res)
+        if self.on_scored is not None:
+            for item in admitted:
+                self.on_scored(*item)
 
     def note_fault(self, res: RowResult) -> None:
         """Keep a scored call the run record's fault summary counts (each call, re-measurements included)."""

@@ -12,8 +12,8 @@ from dspy_adaptive.tasks import FAMILIES
 
 @pytest.fixture(scope="module")
 def mixture():
-    from tests.conftest import SHARED_DATA
-    return load_mixture(data_dir=SHARED_DATA, seed=43)
+    from tests.conftest import require_shared_data
+    return load_mixture(data_dir=require_shared_data(), seed=43)
 
 
 def ids(examples):

@@ -13,8 +13,10 @@ from tests.core import toy
 
 
 def optimizer(reflection, **kw):
+    # the toy reflection writes source: these tests follow the code path ("auto" would turn structured after
+    # two rejected code proposals, which test_proposal_format_auto covers)
     params = dict(reflection_lm=reflection, max_metric_calls=60, reflection_minibatch_size=4, seed=3,
-                  use_merge=False, track_stats=True, progress=False)
+                  use_merge=False, track_stats=True, progress=False, proposal_format="code")
     params.update(kw)
     return AdaptiveGEPA(toy.metric, **params)
 

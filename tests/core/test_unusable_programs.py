@@ -44,7 +44,7 @@ def test_an_uncompilable_program_is_gated_and_charged_and_its_requests_run_the_f
         refl = toy.reflection_lm(program_source=BROKEN)
         res = AdaptiveGEPA(toy.metric, reflection_lm=refl, max_metric_calls=40, reflection_minibatch_size=4, seed=3,
                            use_merge=False, track_stats=True, progress=False, max_idle_iterations=3,
-                           max_repair_attempts=0, unusable_programs=mode).compile(
+                           max_repair_attempts=0, unusable_programs=mode, proposal_format="code").compile(
             dspy.Predict("question -> answer"), trainset=train, valset=val).detailed_results
         spent[mode] = dict(res.budget["by_kind"])
         reflect = [p for p in res.proposals if p["kind"] == "reflect"]

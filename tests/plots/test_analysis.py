@@ -106,3 +106,20 @@ def test_a_demo_out_folder_opens_its_search_run(tmp_path, monkeypatch):
     monkeypatch.setenv("RUN_DIR", str(tmp_path / "empty"))
     with pytest.raises(FileNotFoundError, match="--out folder"):
         analysis.resolve_run_dir()
+
+
+def test_a_relative_run_dir_is_read_from_where_the_user_started_jupyter(tmp_path, monkeypatch):
+    demo = write_run_record(make_result(), tmp_path / "runs" / "demo" / "search")
+    write_run_record(make_result(), tmp_path / "runs" / "newer")                    # newer, but not the demo
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")                                       # where the kernel runs
+    monkeypatch.setenv("PWD", str(tmp_path))                                        # where the user stood
+    monkeypatch.setenv("RUN_DIR", "runs/demo")
+    found, how = analysis.open_run_dir()
+    assert found == demo.resolve() and "RUN_DIR=runs/demo" in how and str(demo.resolve()) in how
+    monkeypatch.delenv("RUN_DIR")                                                   # no RUN_DIR: the demo, said so
+    found, how = analysis.open_run_dir()
+    assert found == demo.resolve() and "the demo's run" in how and "set it to open another run" in how
+    monkeypatch.setenv("RUN_DIR", "runs/nothing")
+    with pytest.raises(FileNotFoundError, match=f"looked in {tmp_path}/runs/nothing"):
+        analysis.open_run_dir()

@@ -54,7 +54,7 @@ def run(tmp_path_factory):
         routed = AdaptiveGEPA(toy.metric, reflection_lm=scripted_lm(hostile_reflection), max_metric_calls=40,
                               reflection_minibatch_size=4, seed=1, use_merge=False, track_stats=True,
                               skip_perfect_score=False, candidate_selection_strategy="current_best",
-                              progress=False, log_dir=str(out)).compile(
+                              progress=False, log_dir=str(out), proposal_format="code").compile(
             dspy.Predict("question -> answer"), trainset=train, valset=val)
     yield out, routed
     routed.close()
@@ -97,7 +97,11 @@ def test_report_shows_hostile_text_inert_and_exact(run):
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
     assert not [h for h in headings if "Injected" in h or "Not a heading" in h]
     fences = [t for t in tokens if t.type == "fence"]
-    samples, library = fences[:-3], fences[-3:]     # a rejected answer and its reason, then the best library
+    # a rejected answer and its reason, the accepted edits (each slot's description and program, issue 28), then
+    # the best library
+    samples, edits, library = fences[:2], fences[2:-3], fences[-3:]
+    assert edits and [f.info for f in edits] == ["text", "python"] * (len(edits) // 2)
+    assert visible_controls(HOSTILE_DESC) in [f.content.rstrip("\n") for f in edits]
     assert [f.content.rstrip("\n") for f in library] == [
         visible_controls(best.router), visible_controls(HOSTILE_DESC), best.slot(1).program_source.rstrip("\n")]
     assert [f.info for f in library] == ["text", "text", "python"]

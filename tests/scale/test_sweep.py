@@ -21,7 +21,7 @@ def local_ray():
 EXTRA = ["--", "--scripted", "--data", str(SHARED_DATA), "--sizes", "2,2,2", "--num-threads", "2", "--no-progress"]
 
 
-def test_a_two_cell_sweep_runs_resumes_and_reports(tmp_path, capsys):
+def test_a_two_cell_sweep_runs_resumes_and_reports(tmp_path, capsys, shared_data):
     from benchmarks import sweep
 
     out = tmp_path / "sweep"

@@ -140,8 +140,8 @@ def judge_lm(quality=(True, True), leaked=1):
 
 @pytest.fixture(scope="module")
 def pupa_examples():
-    from tests.conftest import SHARED_DATA
-    return load_family("pupa", data_dir=SHARED_DATA).train
+    from tests.conftest import require_shared_data
+    return load_family("pupa", data_dir=require_shared_data()).train
 
 
 def one_unit(examples):
@@ -195,8 +195,8 @@ def test_pupa_failure_scores_zero_without_judging(pupa_examples, pred):
 
 @pytest.fixture(scope="module")
 def lb_examples():
-    from tests.conftest import SHARED_DATA
-    return load_family("livebench_if", data_dir=SHARED_DATA).train
+    from tests.conftest import require_shared_data
+    return load_family("livebench_if", data_dir=require_shared_data()).train
 
 
 def test_livebench_wrapper_score_and_feedback(lb_examples):

@@ -9,8 +9,8 @@ from dspy_adaptive.tasks.retrieval import ColBERTv2Retriever, make_retriever, ma
 
 @pytest.fixture(scope="module")
 def search():
-    from tests.conftest import SHARED_DATA
-    return make_search_tool(backend="bm25", corpus_path=SHARED_DATA / "hotpotqa_paragraphs.jsonl")
+    from tests.conftest import require_shared_data
+    return make_search_tool(backend="bm25", corpus_path=require_shared_data() / "hotpotqa_paragraphs.jsonl")
 
 
 def test_bm25_finds_a_gold_paragraph_in_top5(search, shared_data):

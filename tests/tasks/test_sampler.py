@@ -12,8 +12,8 @@ from dspy_adaptive.tasks.sampler import FamilyBalancedSampler, balanced_quotas, 
 
 @pytest.fixture(scope="module")
 def train():
-    from tests.conftest import SHARED_DATA
-    return load_mixture(data_dir=SHARED_DATA).train
+    from tests.conftest import require_shared_data
+    return load_mixture(data_dir=require_shared_data()).train
 
 
 @pytest.mark.parametrize("epoch", [True, False])

@@ -92,7 +92,7 @@ class OpenEndedOptimizer(Teleprompter):
                     "max_metric_calls": self.max_metric_calls,
                     "optimizer_lm": describe_lm(self.optimizer_lm), "max_turns": self.max_turns}
         run = assemble(spec, limits=BudgetLimits(self.max_metric_calls, self.max_cost_usd), log_dir=self.log_dir,
-                       identity=identity, what="OEO run")
+                       identity=identity, what="OEO run", lms={"optimizer_lm": self.optimizer_lm})
         contract = Contract(Library.empty(self.program.max_specialists), train, val, run.evaluator, seed=self.seed)
         outputs = self._output_names(student)
         task = (f"Requests have the input field(s) {', '.join(spec.input_names)}; the program answers "
