@@ -159,3 +159,24 @@ def test_generation_is_batched_on_the_policy_device_and_samples_as_the_deep_prof
     greedy = grpo.generate(policy.model, policy.tokenizer, ["Find x if 2x = 6."] * 3,
                            grpo.DecodeSettings(0.0, 12, False))
     assert len(set(greedy)) == 1
+
+
+def test_the_smoke_policy_is_built_from_a_config_and_its_template_honours_the_thinking_switch(tmp_path):
+    """`benchmarks.grpo_smoke`: a random Qwen3-architecture policy (nothing downloaded) and a character tokenizer
+    whose chat template closes an empty think block when thinking is off, run through `--method grpo`."""
+    pytest.importorskip("trl")
+    from benchmarks import grpo_smoke
+    from tests.conftest import SHARED_DATA
+
+    tok = grpo_smoke.char_tokenizer()
+    msgs = [{"role": "user", "content": "hi"}]
+    on = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=True)
+    off = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    assert on.endswith("<|assistant|>\n") and off.endswith("<think>\n\n</think>\n\n")
+    assert tok.decode(tok("a b\n")["input_ids"]) == "a b\n"
+    info = grpo_smoke.main(["--out", str(tmp_path), "--layers", "1", "--hidden", "32", "--scripted", "--data",
+                            str(SHARED_DATA), "--sizes", "1,1,1", "--budget", "20", "--grpo-generations", "2",
+                            "--grpo-max-tokens", "4", "--aime-attempts", "1", "--no-progress", "--num-threads", "1"])
+    assert info["updates"] == 2 and info["budget"]["used"] <= 20 and info["test_rows"] == 4
+    assert [v["step"] for v in info["validation"]] == [0] and (tmp_path / "smoke.json").exists()
+    assert info["decode"]["temperature"] == 0.6 and info["peak_gpu_gib"] is None      # CPU here
