@@ -234,8 +234,7 @@ def execute(msg: dict, chan: tuple[int, int], built: dict) -> dict:
 
 def serve_one(in_fd: int, out_fd: int, applied: dict) -> None:
     """Serve the one request of this process, then exit. (`in_fd` and `out_fd` are the same socket.)"""
-    if "noscramble" not in XX[0]:
-        scramble()
+    scramble()
     flags = ",".join('"%s":%s' % (k, "true" if v else "false") for k, v in applied.items())
     body = ('{"op":"ready","uid":%d,"pid":%d,"applied":{%s}}' % (os.getuid(), os.getpid(), flags)).encode()
     protocol.send_bytes(out_fd, protocol.HEADER.pack(len(body)) + body)   # (json untouched: fewer pages written)
@@ -272,7 +271,6 @@ def serve_one(in_fd: int, out_fd: int, applied: dict) -> None:
     os._exit(0)
 
 
-XX = [""]
 _KEEP: list = []   # the scramble's allocations, alive until the process exits
 
 
@@ -306,14 +304,8 @@ def scramble() -> None:
 def start(cfg: dict, fd: int) -> None:
     """In a fresh (forked or spawned) process: confine, then serve the one request. Never returns."""
     code = 1
-    X = cfg.get("X", "")
-    XX[0] = X
-    if "exit0" in X:
-        os._exit(0)
     try:
-        applied = isolation.confine(cfg, (fd,)) if "noconfine" not in X else {}
-        if "exit1" in X:
-            os._exit(0)
+        applied = isolation.confine(cfg, (fd,))
         sys.setrecursionlimit(int(cfg.get("recursion_limit", 500)))
         serve_one(fd, fd, applied)
         code = 0
