@@ -49,7 +49,8 @@ def markdown_lines(record: Mapping[str, Any] | None) -> list[str]:
         return []
     lines = ["", "## Distilled router", ""]
     if not record.get("built"):
-        return lines + [f"Not built: {md_text(str(record.get('reason', '')))} The LM router serves every request."]
+        why = md_text(str(record.get("reason", "")).rstrip("."))
+        return lines + [f"Not built: {why}. The LM router serves every request."]
     held, lab, proj = record.get("heldout") or {}, record.get("labelling") or {}, record.get("projected") or {}
     candidates = ", ".join(f"{md_cell(n)} {_pct(c.get('agreement'))}"
                            for n, c in (record.get("candidates") or {}).items())
