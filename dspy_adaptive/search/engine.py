@@ -195,7 +195,7 @@ class SearchEngine:
         parent_results = self.evaluator.evaluate(job.parent.library, job.rows, "parent_minibatch", tag=job.iteration)
         if self.s.skip_perfect_score and gate.is_perfect(parent_results, self.s.perfect_score):
             return JobOutcome(job, parent_results, None, None, None)
-        if why := window.stop_reason(job, "before reflection"):
+        if why := window.stop_reason(job, "before reflection", scored=False):
             return JobOutcome(job, parent_results, None, None, None, stopped=why)
         edit = self.reflector.propose(job.parent.library, job.rows, parent_results, job.history)        # reflect
         if edit.rejected:

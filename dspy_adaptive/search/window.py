@@ -7,10 +7,11 @@ was pushed out while it ran (`InFlight` answers that). Two fold orders:
 * "start" (default): proposals fold in the order they started, and every decision is taken at a point fixed by
   the seed, not by thread timing. A proposal starts (and a due merge runs) only when the oldest one folds, from
   the archive, RNG and *folded* budget at that point. A running proposal asks whether it is stale before each
-  step that spends (its reflection, its child minibatch, its validation): it waits until every proposal
+  step that spends scored calls (its child minibatch, its validation): it waits until every proposal
   started before it has *settled* -- finished without a child for the archive, or folded its child -- and
   then judges its parent against the archive as the iterations before its own left it (`Archive.as_of`).
-  A proposal whose parent a concurrent one has since beaten so stops after its parent minibatch instead of
+  Its reflection does not wait (it overlaps the proposals started before it: most of the wall time k buys).
+  A proposal whose parent a concurrent one has since beaten so stops after its reflection instead of
   spending a child minibatch and a validation on an outdated parent, and the decision depends on the seed
   only (with an LM whose answers depend only on the prompt and the paper's accounting, a seeded run is
   reproducible at any k). Only proposals heading to validation hold later ones up. Records carry the folded
@@ -162,15 +163,18 @@ class Window:
             self._pool.shutdown(wait=not interrupted, cancel_futures=interrupted)
 
     # -- a running proposal ----------------------------------------------------------------------------------
-    def stop_reason(self, job: Job, step: str, committing: bool = False) -> str | None:
+    def stop_reason(self, job: Job, step: str, committing: bool = False, scored: bool = True) -> str | None:
         """Why `job` should stop before `step` (None: go on): the search was interrupted, or its parent was
         pushed out of what the selector could pick by candidates archived since it started (see the module
-        docstring for when start order decides)."""
+        docstring for when start order decides). `scored`: the step spends scored calls; in start order only
+        those wait for the proposals started before (a reflection overlaps them)."""
         if self._cancelled.is_set():
             return f"the search was interrupted; stopped {step}"
         if self.k == 1:
             return None
         if self._settled is not None:
+            if not scored:
+                return None
             self._settled.wait_before(job.iteration)
             if self._cancelled.is_set():
                 return f"the search was interrupted; stopped {step}"
