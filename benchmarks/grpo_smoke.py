@@ -29,8 +29,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def char_tokenizer() -> Any:
-    """Printable ASCII and newline, one token each, plus <pad>, <eos>, <unk>; left padding as generation wants."""
+def char_tokenizer(chat_template: bool = True) -> Any:
+    """Printable ASCII and newline, one token each, plus <pad>, <eos>, <unk>; left padding as generation wants.
+    `chat_template=False` leaves the template out (prompts then reach the policy as plain text)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -41,7 +42,8 @@ def char_tokenizer() -> Any:
     tok.decoder = decoders.Fuse()
     out = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
                                   padding_side="left")
-    out.chat_template = CHAT_TEMPLATE
+    if chat_template:
+        out.chat_template = CHAT_TEMPLATE
     return out
 
 

@@ -50,16 +50,21 @@ def test_answer_contract_and_prompt():
 
 
 def _char_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from benchmarks.grpo_smoke import char_tokenizer
+    return char_tokenizer(chat_template=False)
 
-    chars = [chr(i) for i in range(32, 127)] + ["\n"]
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    from tokenizers import decoders
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+
+def _tiny_policy_dir(tmp_path):
+    """A one-layer GPT-2 with random weights and the character tokenizer, saved under tmp_path/tiny."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    tokenizer = _char_tokenizer()
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=4096, n_embd=16, n_layer=1, n_head=2,
+                               pad_token_id=0, eos_token_id=1, bos_token_id=1)).save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    return tmp_path / "tiny"
 
 
 def test_grpo_steps_on_a_tiny_random_model_with_the_mixture_metric_as_reward(tmp_path):
@@ -100,19 +105,12 @@ def test_method_grpo_runs_end_to_end_through_the_benchmark(tmp_path):
     pytest.importorskip("trl")
     import json
 
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     from benchmarks import run as bench
     from tests.conftest import SHARED_DATA
 
-    torch.manual_seed(0)
-    tokenizer = _char_tokenizer()
-    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=4096, n_embd=16, n_layer=1, n_head=2,
-                               pad_token_id=0, eos_token_id=1, bos_token_id=1)).save_pretrained(tmp_path / "tiny")
-    tokenizer.save_pretrained(tmp_path / "tiny")
+    tiny = _tiny_policy_dir(tmp_path)
     out = tmp_path / "run"
-    bench.main(["--method", "grpo", "--grpo-model", str(tmp_path / "tiny"), "--grpo-generations", "2",
+    bench.main(["--method", "grpo", "--grpo-model", str(tiny), "--grpo-generations", "2",
                 "--grpo-max-tokens", "4", "--scripted", "--data", str(SHARED_DATA), "--sizes", "1,1,1",
                 "--budget", "20", "--aime-attempts", "1", "--no-progress", "--num-threads", "1", "--out", str(out)])
     res = json.loads((out / "results.json").read_text())
@@ -129,16 +127,10 @@ def test_generation_is_batched_on_the_policy_device_and_samples_as_the_deep_prof
     at the deep profile's temperature: five attempts at one AIME request are five samples, not one greedy copy."""
     pytest.importorskip("trl")
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     import benchmarks.grpo as grpo
 
-    torch.manual_seed(0)
-    tokenizer = _char_tokenizer()
-    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=4096, n_embd=16, n_layer=1, n_head=2,
-                               pad_token_id=0, eos_token_id=1, bos_token_id=1)).save_pretrained(tmp_path / "tiny")
-    tokenizer.save_pretrained(tmp_path / "tiny")
-    policy = grpo.GRPOPolicy(str(tmp_path / "tiny"), max_new_tokens=12, batch_size=8)
+    policy = grpo.GRPOPolicy(str(_tiny_policy_dir(tmp_path)), max_new_tokens=12, batch_size=8)
     assert policy.decode.temperature == 0.6 and policy.decode.enable_thinking
     assert next(policy.model.parameters()).dtype == torch.float32            # CPU: float32 (GPU: bfloat16)
     calls = []
