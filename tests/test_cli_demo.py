@@ -186,3 +186,12 @@ def test_the_wall_clock_survives_a_kill_and_a_slow_refusal_leaves_no_trace(tmp_p
     time.sleep(0.2)                                   # a refusal that took a while, then...
     refused.forget()
     assert (tmp_path / "demo.json").read_text() == before
+
+
+def test_the_report_says_what_a_local_model_can_show_in_the_roles_it_plays():
+    from dspy_adaptive.demo.run import DemoConfig, local_model_note
+    both = local_model_note(DemoConfig())
+    assert "weak router and reflection model" in both and "benchmarks.local_models" in both
+    hosted_router = local_model_note(DemoConfig(actor_lm="openai/gpt-4.1-mini"))
+    assert "weak reflection model" in hosted_router and "As the router" not in hosted_router
+    assert "As the router" in local_model_note(DemoConfig(reflection_lm="openai/gpt-4.1-mini"))

@@ -454,6 +454,24 @@ def what_happened(result: Any) -> list[str]:
     return lines
 
 
+def local_model_note(config: DemoConfig) -> str:
+    """What a run with the packaged local model can show (measured with `python -m benchmarks.local_models`)."""
+    roles = [name for name, spec in (("router", config.actor_lm), ("reflection", config.reflection_lm))
+             if spec.startswith("local")]
+    text = f"A 135M-parameter local model is a weak {' and '.join(roles)} model: accepted edits are few and test " \
+           "gains within the noise are expected."
+    if "router" in roles:
+        text += (" As the router it sends none of the demo's 64 feedback and validation requests to their family's "
+                 "specialist, even with one specialist per family described by hand (14% with its answer "
+                 "constrained to the valid slots, against 20% by chance: `python -m benchmarks.local_models`), so a "
+                 "specialist rarely receives the requests it was made for.")
+    text += (" Even the best specialist for multi-hop questions, retrieval then answer, gains 7 F1 points on this "
+             "test split, within its noise. The point of this run is that every part of the system really runs, "
+             "offline; real optimisation quality needs capable models (`--actor-lm`, `--reflection-lm`: any litellm "
+             "model; see the README).")
+    return text
+
+
 def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: float, sessions: int = 1,
                   gain: Any = None) -> str:
     from dspy_adaptive.record.analysis import majority_mapping_agreement
@@ -483,12 +501,8 @@ def render_report(result: Any, tests: dict[str, Any], config: DemoConfig, wall: 
         lines += ["This was the scripted tour: deterministic scripted LMs play every role, so the accept path "
                   "(propose, gate, validate, archive, route) runs in seconds; the scores say nothing about a model.",
                   ""]
-    elif config.reflection_lm.startswith("local"):
-        lines += ["A 135M-parameter local model is a weak judge and reflection model: accepted edits are few and "
-                  "test gains within the noise are expected (measured: even the best specialist for multi-hop "
-                  "questions, retrieval then answer, gains 7 F1 points on this test split, within its noise). The "
-                  "point of this run is that every part of the system really runs, offline; real optimisation "
-                  "quality needs a capable reflection model (`--reflection-lm`, see the README).", ""]
+    elif config.reflection_lm.startswith("local") or config.actor_lm.startswith("local"):
+        lines += [local_model_note(config), ""]
     lines += [
               "## Test scores (×100)", "",
               "| program | " + " | ".join(friendly(f) for f in fams) + " | family mean |",
