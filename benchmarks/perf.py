@@ -376,29 +376,45 @@ def predictor_call_cpu_ms(task: Task, threads: int, n: int = 600) -> float:
     """CPU of one bare `dspy.Predict` call on the same scripted actor, run on `threads` threads: the part
     of a scored call that neither optimizer can avoid (every scored call runs at least one)."""
     actor, program = scripted_lm(task.actor, model="scripted/actor"), dspy.Predict("question -> answer")
-    return _cpu_per_call(lambda q: program(question=q), actor, threads, n)
+    return _cpu_per_call(lambda q: program(question=q), actor, threads, n, task=task.name)
+
+
+def floor_library(task: Task):
+    """The library the routed floor runs: the task's one-predictor program as the one specialist, or on the
+    mixed task one specialist per family, described as the task's router reads them (every request is routed
+    to a specialist, none to the fallback)."""
+    from dspy_adaptive import Library, Slot
+
+    lib = Library.empty(5)
+    if task.name != "mixed":
+        return lib.with_slot(1, Slot().activated("General solver for every request.",
+                                                 specialist_source(SEED_QUALITY), "fast"))
+    for slot, (mode, description) in enumerate(FAMILIES.values(), start=1):
+        lib = lib.with_slot(slot, Slot().activated(description, specialist_source(SEED_QUALITY, mode), "fast"))
+    return lib
 
 
 def routed_call_cpu_ms(task: Task, threads: int, n: int = 600) -> float:
-    """CPU of one scored call of ours with every search cost taken away: a fixed library whose one
-    specialist is the task's one-predictor program, router decisions memoised (no router LM call), a
+    """CPU of one scored call of ours with every search cost taken away: a fixed library of the task's
+    one-predictor programs (one specialist; on the mixed task one per family, so every request is routed to
+    one), router decisions memoised (no router LM call), a
     warm sandbox pool, rows on `threads` threads. Host CPU plus the sandbox's: every specialist call runs in
     a fresh worker forked from the pool's zygote, which reaps it, so the zygote's own and its reaped
     children's CPU (/proc/<zygote>/stat) is the sandbox's. This is the floor of any design that runs
     generated specialist code in a fresh confined process per request and bridges its predictor call back
     into DSPy."""
-    from dspy_adaptive import Library, RoutedProgram, Slot
+    from dspy_adaptive import RoutedProgram
     from dspy_adaptive.program.route_memo import RouteMemo
     from dspy_adaptive.sandbox import SandboxPool
 
     actor = scripted_lm(task.actor, model="scripted/actor")
-    lib = Library.empty(5).with_slot(1, Slot().activated("General solver for every request.",
-                                                         specialist_source(SEED_QUALITY), "fast"))
+    lib = floor_library(task)
     with SandboxPool(max_workers=threads) as pool:
         routed = RoutedProgram(dspy.Predict("question -> answer"), lib, fast_lm=actor, sandbox=pool)
         routed = routed.with_library(lib, route_memo=RouteMemo())
         return _cpu_per_call(lambda q: routed(question=q), actor, threads, n,
-                             extra_cpu=lambda: _tree_cpu_s(pool._forkserver.pid if pool._forkserver else None))
+                             extra_cpu=lambda: _tree_cpu_s(pool._forkserver.pid if pool._forkserver else None),
+                             task=task.name)
 
 
 def _tree_cpu_s(pid: int | None) -> float:
@@ -413,12 +429,12 @@ def _tree_cpu_s(pid: int | None) -> float:
         return 0.0
 
 
-def _cpu_per_call(call, actor, threads: int, n: int, extra_cpu=lambda: 0.0) -> float:
-    """ms of CPU per call over n calls on `threads` threads, after one unmeasured warm-up pass."""
+def _cpu_per_call(call, actor, threads: int, n: int, extra_cpu=lambda: 0.0, task: str = "climb") -> float:
+    """ms of CPU per call over n of `task`'s requests on `threads` threads, after one unmeasured warm-up pass."""
     import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
-    qs = [e.question for e in examples(n, 20_000)]
+    qs = [e.question for e in examples(n, 20_000, task)]
     with dspy.context(lm=actor), ThreadPoolExecutor(threads) as pool:
         ctx = contextvars.copy_context()
         run = lambda q: ctx.copy().run(call, q)  # noqa: E731 - each thread sees the dspy context
@@ -499,7 +515,7 @@ def ratios(rows: list[dict[str, Any]]) -> str:
         threads = rows[0]["threads"]
         out.append(f"- floors at {threads} threads, against dspy.GEPA's {b:.2f} ms of CPU per scored call: "
                    f"one bare dspy.Predict call {f:.2f} ms = {f / b:.2f}x; one routed call of ours with no search "
-                   "around it (fixed one-specialist library, router memoised, warm sandbox) "
+                   "around it (fixed library, every request routed to a specialist, router memoised, warm sandbox) "
                    f"{g:.2f} ms = {g / b:.2f}x. "
                    "Every scored call of ours costs at least the latter, so ours/dspy.GEPA cannot go below it.")
     return "\n".join(out)

@@ -43,3 +43,24 @@ def test_routing_wins_the_mixed_task_and_calls_to_score_compares_k():
     assert {r["k"] for r in rows} == {1, 2} and all(r["calls"] <= 130 for r in rows)
     assert "| mixed | all |" in calls_table(rows)
     assert dspy.settings.lm is None                              # the runs left the configuration alone
+
+
+def test_the_routed_floor_runs_a_specialist_for_every_request_of_either_task():
+    """The floor is a routed call that reaches the sandbox: on the mixed task the fixed library must route each
+    family to its own specialist (a library the router sends to the fallback would measure no sandbox at all)."""
+    from benchmarks.perf import floor_library
+    from dspy_adaptive import RoutedProgram
+    from dspy_adaptive.program.routed import route_of
+    from dspy_adaptive.sandbox import SandboxPool
+    from dspy_adaptive.testing import scripted_lm
+
+    for name in ("climb", "mixed"):
+        task = Task(name)
+        actor = scripted_lm(task.actor, model="scripted/actor")
+        with SandboxPool(max_workers=2) as pool, dspy.context(lm=actor):
+            routed = RoutedProgram(dspy.Predict("question -> answer"), floor_library(task), fast_lm=actor,
+                                   sandbox=pool)
+            for row in examples(6, 20_000, name):
+                route = route_of(routed(question=row.question))
+                want = 1 if name == "climb" or row.id[0] == "q" else 2
+                assert (route.executed, route.error) == (want, None), (name, row.id, route)
