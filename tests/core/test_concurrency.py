@@ -230,8 +230,8 @@ def test_the_run_record_says_whether_the_seed_fixes_the_run():
 def test_in_start_order_a_beaten_parent_stops_its_proposal_before_its_child_minibatch():
     """Issue 31: a proposal whose parent a concurrent one beat while it ran stops before its child minibatch (its
     reflection overlapped the proposals started before it: only steps that spend scored calls wait), not before
-    its validation: it waits for the proposals started before it that are heading to validation, then judges its
-    parent on the archive they left -- a seed-fixed point."""
+    its validation: it waits for the proposals started before its predecessor, then judges its parent on the
+    archive they left -- a seed-fixed point."""
     from benchmarks.perf import Task, examples, metric
     from dspy_adaptive.testing import scripted_lm
 
@@ -256,3 +256,33 @@ def test_in_start_order_a_beaten_parent_stops_its_proposal_before_its_child_mini
         i = res.proposals.index(p)
         assert i == 0 or order[i] - order[i - 1] == len(p["minibatch"])
     assert _signature(once()) == _signature(res)     # and the run is the same run again
+
+
+def test_a_child_minibatch_overlaps_its_predecessor_but_a_validation_waits_for_it():
+    """Start order: before its child minibatch a proposal waits only for the proposals started before its
+    predecessor (and judges on the archive they left); before its validation it waits for its predecessor too."""
+    import threading
+    import time
+
+    from dspy_adaptive.search.select import ParetoSelector
+    from dspy_adaptive.search.window import Window
+
+    arch = _archive([[0, 1, 0]])
+    window = Window(3, "start", ParetoSelector(), arch, folded_spent=0)
+    release, seen = threading.Event(), {}
+
+    def predecessor(job, w):                     # still running: not settled until released
+        release.wait(5)
+
+    def proposal(job, w):
+        t0 = time.perf_counter()
+        seen["child"] = (w.stop_reason(job, "before its child minibatch"), time.perf_counter() - t0)
+        seen["validation"] = (w.stop_reason(job, "before validation", committing=True), time.perf_counter() - t0)
+
+    window.submit(predecessor, _job(1, arch[0], 1))
+    window.submit(proposal, _job(2, arch[0], 1))
+    time.sleep(0.3)
+    assert seen.get("child", (None, 9))[1] < 0.2 and "validation" not in seen   # went on; waits to validate
+    release.set()
+    window.close(interrupted=False)
+    assert seen["validation"][0] is None and seen["validation"][1] >= 0.3
