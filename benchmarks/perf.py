@@ -396,11 +396,10 @@ def floor_library(task: Task):
 
 def routed_call_cpu_ms(task: Task, threads: int, n: int = 600) -> float:
     """CPU of one scored call of ours with every search cost taken away: a fixed library of the task's
-    one-predictor programs (one specialist; on the mixed task one per family, so every request is routed to
-    one), router decisions memoised (no router LM call), a
-    warm sandbox pool, rows on `threads` threads. Host CPU plus the sandbox's: every specialist call runs in
-    a fresh worker forked from the pool's zygote, which reaps it, so the zygote's own and its reaped
-    children's CPU (/proc/<zygote>/stat) is the sandbox's. This is the floor of any design that runs
+    one-predictor programs (`floor_library`: every request is routed to a specialist), router decisions
+    memoised (no router LM call), a warm sandbox pool, rows on `threads` threads. Host CPU plus the sandbox's:
+    every specialist call runs in a fresh worker forked from the pool's zygote, which reaps it, so the zygote's
+    own and its reaped children's CPU (/proc/<zygote>/stat) is the sandbox's. This is the floor of any design that runs
     generated specialist code in a fresh confined process per request and bridges its predictor call back
     into DSPy."""
     from dspy_adaptive import RoutedProgram

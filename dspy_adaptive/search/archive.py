@@ -102,9 +102,9 @@ class Archive:
                   for c in self.candidates]
         return Archive(self.row_ids, masked, self.frontier_type)
 
-    def visible_as_of(self, iteration: int) -> int:
-        """How many candidates the iterations before `iteration` archived."""
-        return sum(1 for c in self.candidates if c.iteration < iteration)
+    def archived_since(self, size: int, iteration: int) -> int:
+        """How many candidates the iterations before `iteration` archived after the archive held `size`."""
+        return sum(1 for c in self.candidates[size:] if c.iteration < iteration)
 
     def ancestors(self, i: int) -> frozenset[int]:
         return ancestors([c.parents for c in self.candidates], i)

@@ -185,8 +185,8 @@ class Window:
             self._settled.wait_before(upto)
             if self._cancelled.is_set():
                 return f"the search was interrupted; stopped {step}"
-            if self.archive.visible_as_of(upto) <= job.archive_size:
-                return None                       # nothing archived since it started
+            if not self.archive.archived_since(job.archive_size, upto):
+                return None                       # nothing archived since it started by the iterations judged
             if job.parent.index in self.selector.selectable(self.archive.as_of(upto)):
                 return None
             return self.in_flight.stale_reason(job, step)
