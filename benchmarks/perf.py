@@ -17,8 +17,13 @@ wall time and CPU.
 Figures per run: scored calls, wall, CPU, CPU ms and wall ms per scored call, the critical-path ideal
 (sum over the run's own sequential steps of ceil(rows / threads) x depth x latency; ours from the
 engine's recorded schedule, dspy.GEPA's from its LM-call intervals: overlapping calls form one step),
-parallel efficiency = ideal / wall, peak RSS, final validation score. Absolute times on a shared
-2-core machine move around; the ours/dspy.GEPA ratios within one invocation are the figures to read.
+parallel efficiency = ideal / wall, peak RSS, final validation score, and for ours the overlap bound
+(the run's own step durations summed and divided by k: the wall time of the same steps, at the durations
+measured, overlapped perfectly k at a time: a wall time above it is scheduling's, and only shorter steps
+go below it). At latency 0 the CPU floors: one bare dspy.Predict call, one routed call of ours with no
+search around it, and one sandbox worker sent away unused (fork, confinement, exit, reap).
+Absolute times on a shared 2-core machine move around; the ours/dspy.GEPA ratios within one invocation
+are the figures to read.
 """
 
 from __future__ import annotations
@@ -283,6 +288,7 @@ def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int
     actor = scripted_lm(log.wrap(t.actor, latency), model="scripted/actor")
     train, val = examples(n_train, 0, task), examples(n_val, 10_000, task)
     program = dspy.Predict("question -> answer")
+    bound = None
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if executor == "ray":          # a running Ray, as on a cluster that is up: its own start is not the search's
         import ray
@@ -299,8 +305,9 @@ def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int
             res = routed.detailed_results
             routed.close()
             calls, best, n_cands = res.total_metric_calls, max(res.val_aggregate_scores), len(res.candidates)
-            from dspy_adaptive.search.schedule import critical_path
+            from dspy_adaptive.search.schedule import critical_path, overlap_bound
             ideal = critical_path(res.schedule, threads, latency)
+            bound = overlap_bound(res.schedule, k)
         else:
             refl = scripted_lm(log.wrap(t.gepa_reflection, latency), model="scripted/reflection")
             opt = dspy.GEPA(metric=timed, reflection_lm=refl, max_metric_calls=budget, num_threads=threads,
@@ -315,14 +322,17 @@ def run_one(method: str, *, latency: float, threads: int, budget: int, seed: int
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     floors = {}
     if method == "gepa" and not latency:
-        floors = {"predict_cpu_ms": predictor_call_cpu_ms(t, threads), "routed_cpu_ms": routed_call_cpu_ms(t, threads)}
+        floors = {"predict_cpu_ms": predictor_call_cpu_ms(t, threads), "routed_cpu_ms": routed_call_cpu_ms(t, threads),
+                  "worker_cpu_ms": worker_cpu_ms()}
     return {"method": method, "task": task, "k": k if method == "adaptive" else 1, "seed": seed, "latency": latency,
             "threads": threads, "calls": calls, "wall_s": wall, "cpu_s": cpu,
             "cpu_ms_per_call": 1000 * cpu / max(calls, 1), "wall_ms_per_call": 1000 * wall / max(calls, 1),
             "ideal_s": ideal, "efficiency": (ideal / wall) if latency and wall else None,
+            "bound_ms_per_call": None if bound is None else 1000 * bound / max(calls, 1),
             "peak_rss_mb": rss / 1024, "rss_growth_mb": (rss - rss0) / 1024, "candidates": n_cands,
             "best_val": best, "predict_cpu_ms": floors.get("predict_cpu_ms"),
-            "routed_cpu_ms": floors.get("routed_cpu_ms"), "quality_points": points, "executor": executor,
+            "routed_cpu_ms": floors.get("routed_cpu_ms"), "worker_cpu_ms": floors.get("worker_cpu_ms"),
+            "quality_points": points, "executor": executor,
             "startup_s": _ray_startup() if executor == "ray" else 0.0}
 
 
@@ -416,6 +426,17 @@ def routed_call_cpu_ms(task: Task, threads: int, n: int = 600) -> float:
                              task=task.name)
 
 
+def worker_cpu_ms(n: int = 300) -> float:
+    """CPU (host, zygote, worker) of one sandbox worker forked, confined and ready, then sent away unused
+    (`sandbox.bench.empty_worker_cpu_ms`): what a fresh confined process per request costs before any
+    request runs, so the least any design with that guarantee adds to a scored call."""
+    from dspy_adaptive.sandbox import SandboxPool
+    from dspy_adaptive.sandbox.bench import empty_worker_cpu_ms
+
+    with SandboxPool(max_workers=1) as pool:
+        return empty_worker_cpu_ms(pool, n)
+
+
 def _tree_cpu_s(pid: int | None) -> float:
     """CPU seconds of a process and of its children it has reaped (utime, stime, cutime, cstime)."""
     if pid is None:
@@ -470,13 +491,13 @@ def spawn(args: list[str]) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| method | k | latency ms | seeds | scored calls | wall s | CPU s | CPU ms/call | wall ms/call | "
-            "ideal s | efficiency | peak RSS MB | best val |")
-    lines = [head, "|" + "---|" * 13]
+            "ideal s | efficiency | overlap bound ms/call | peak RSS MB | best val |")
+    lines = [head, "|" + "---|" * 14]
     groups: dict[tuple, list] = {}
     for r in rows:
         groups.setdefault((r["latency"], r["method"], r["k"]), []).append(r)
     def mean_of(rs: list, key: str) -> float:
-        vals = [r[key] for r in rs if r[key] is not None]
+        vals = [r[key] for r in rs if r.get(key) is not None]
         return statistics.mean(vals) if vals else float("nan")
 
     for (lat, method, k), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "gepa", kv[0][2])):
@@ -485,6 +506,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {'dspy.GEPA' if method == 'gepa' else 'Adaptive-GEPA'} | {k} | {1000 * lat:.0f} | {len(rs)} | "
                      f"{m('calls'):.0f} | {m('wall_s'):.2f} | {m('cpu_s'):.2f} | {m('cpu_ms_per_call'):.2f} | "
                      f"{m('wall_ms_per_call'):.1f} | {m('ideal_s'):.2f} | {m('efficiency'):.2f} | "
+                     f"{m('bound_ms_per_call'):.1f} | "
                      f"{m('peak_rss_mb'):.0f} | {m('best_val'):.3f} |")
     return "\n".join(lines)
 
@@ -504,11 +526,18 @@ def ratios(rows: list[dict[str, Any]]) -> str:
             wall = (statistics.mean(r["wall_ms_per_call"] for r in ours)
                     / statistics.mean(r["wall_ms_per_call"] for r in base))
             val = statistics.mean(r["best_val"] for r in ours) - statistics.mean(r["best_val"] for r in base)
-            out.append(f"- latency {1000 * lat:.0f} ms, k={k}: CPU/call ours/dspy.GEPA = {cpu:.2f}, "
-                       f"wall/call ours/dspy.GEPA = {wall:.2f}, best val ours - dspy.GEPA = {val:+.3f}")
+            line = (f"- latency {1000 * lat:.0f} ms, k={k}: CPU/call ours/dspy.GEPA = {cpu:.2f}, "
+                    f"wall/call ours/dspy.GEPA = {wall:.2f}, best val ours - dspy.GEPA = {val:+.3f}")
+            bounds = [r["bound_ms_per_call"] for r in ours if r.get("bound_ms_per_call") is not None]
+            if lat and bounds:
+                bound = statistics.mean(bounds) / statistics.mean(r["wall_ms_per_call"] for r in base)
+                line += (f"; overlap bound {bound:.2f}x (these runs' own steps, at their measured durations, "
+                         f"overlapped perfectly {k} at a time)")
+            out.append(line)
     base = [r["cpu_ms_per_call"] for r in rows if r["method"] == "gepa" and not r["latency"]]
     predict = [r["predict_cpu_ms"] for r in rows if r.get("predict_cpu_ms")]
     routed = [r["routed_cpu_ms"] for r in rows if r.get("routed_cpu_ms")]
+    worker = [r["worker_cpu_ms"] for r in rows if r.get("worker_cpu_ms")]
     if base and predict and routed:
         b, f, g = statistics.mean(base), statistics.mean(predict), statistics.mean(routed)
         threads = rows[0]["threads"]
@@ -517,6 +546,13 @@ def ratios(rows: list[dict[str, Any]]) -> str:
                    "around it (fixed library, every request routed to a specialist, router memoised, warm sandbox) "
                    f"{g:.2f} ms = {g / b:.2f}x. "
                    "Every scored call of ours costs at least the latter, so ours/dspy.GEPA cannot go below it.")
+        if worker:
+            w = statistics.mean(worker)
+            out.append(f"- a sandbox worker sent away unused (fork, confinement, exit, reap) costs {w:.2f} ms; with "
+                       f"the bare dspy.Predict call its request bridges to, {f + w:.2f} ms = {(f + w) / b:.2f}x "
+                       "dspy.GEPA's: "
+                       "the least any design that serves each specialist request in a fresh confined process "
+                       "can cost per scored call.")
     return "\n".join(out)
 
 

@@ -9,7 +9,10 @@ prints the wall-clock milliseconds per call -- each call a fresh, fully confined
 * paced: the same with a pause between calls (default 5 ms, the least an LM call leaves between two
   specialist calls in a search), so prepared workers are ready: what a call itself costs;
 * CPU per call: host, zygote and workers together (this process's CPU, and the zygote's with its reaped
-  workers), the figure a machine's throughput depends on.
+  workers), the figure a machine's throughput depends on;
+* CPU per empty worker: one forked, confined and scrambled that is then sent away without a request (fork,
+  confinement, exit, reap): what serving each request in a fresh confined process costs before any request
+  runs -- the floor under the figure above.
 
 Plus the zygote's start-up and the layers applied.
 """
@@ -21,6 +24,7 @@ import os
 import statistics
 import time
 
+from . import protocol
 from .compiler import compile_program
 from .pool import SandboxPool
 
@@ -61,6 +65,23 @@ def _cpu(zygote: int | None) -> float:
     return total
 
 
+def empty_worker_cpu_ms(pool: SandboxPool, n: int = 200) -> float:
+    """ms of CPU (host, zygote and worker) per worker forked, confined and ready, then sent away unused."""
+    pool.warm()
+    pool._ensure_cfg()
+    zygote = pool._forkserver.pid if pool._forkserver else None
+    supply = pool._supply
+    cpu0 = _cpu(zygote)
+    for i in range(n):
+        (w,) = supply.new(1)
+        protocol.recv(w.fd, deadline=time.monotonic() + 10, max_bytes=4096)   # its "ready": confined
+        if i == n - 1:        # the last one leaves on its own (no request comes); asking the zygote for its
+            w.sock.close()    # exit code makes it reap every worker, so all their CPU is counted
+            w.wait_exit(10)
+        w.finish()
+    return (_cpu(zygote) - cpu0) / n * 1e3
+
+
 def measure(calls: int = 200, pause_ms: float = 5.0) -> dict:
     program = compile_program(TRIVIAL).program
     with SandboxPool(max_workers=1, timeout=10) as pool:
@@ -75,10 +96,11 @@ def measure(calls: int = 200, pause_ms: float = 5.0) -> dict:
         paced = _calls(pool, program, calls, pause_ms / 1e3)
         time.sleep(0.2)    # the zygote reaps the last workers
         cpu = _cpu(zygote) - cpu0
+        empty = empty_worker_cpu_ms(pool, calls)
     return {"calls": calls, "median_ms": statistics.median(times) * 1e3,
             "p90_ms": times[int(0.9 * (len(times) - 1))] * 1e3, "max_ms": times[-1] * 1e3,
             "paced_median_ms": statistics.median(paced) * 1e3, "pause_ms": pause_ms,
-            "cpu_per_call_ms": cpu / (2 * calls) * 1e3, "startup_ms": startup * 1e3,
+            "cpu_per_call_ms": cpu / (2 * calls) * 1e3, "empty_worker_cpu_ms": empty, "startup_ms": startup * 1e3,
             "isolation": report.summary()}
 
 
@@ -91,7 +113,8 @@ def main() -> None:
     print(f"trivial specialist, {r['calls']} calls, a fresh confined worker each: "
           f"median {r['median_ms']:.3f} ms, p90 {r['p90_ms']:.3f} ms, max {r['max_ms']:.3f} ms back to back; "
           f"median {r['paced_median_ms']:.3f} ms paced ({r['pause_ms']:g} ms between calls); "
-          f"{r['cpu_per_call_ms']:.2f} ms of CPU per call (host, zygote and worker) "
+          f"{r['cpu_per_call_ms']:.2f} ms of CPU per call (host, zygote and worker); "
+          f"{r['empty_worker_cpu_ms']:.2f} ms per worker sent away unused (fork, confinement, exit, reap) "
           f"(zygote start-up and isolation check {r['startup_ms']:.0f} ms, once per pool)\n{r['isolation']}")
 
 

@@ -1,6 +1,7 @@
 """The recorded schedule of a search: each sequential step (an evaluation batch or a reflection call)
 with its size, its depth (sequential LM calls per row) and its wall-clock span. benchmarks/perf.py
-computes the critical-path ideal from it: sum over steps of ceil(rows / threads) x depth x latency."""
+computes from it the critical-path ideal (sum over steps of ceil(rows / threads) x depth x latency) and the
+overlap bound (the steps' own durations over k)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,15 @@ def critical_path(steps: list[Step] | list[dict], threads: int, latency: float) 
         rows, depth = (s.rows, s.depth) if isinstance(s, Step) else (s["rows"], s["depth"])
         total += math.ceil(rows / threads) * depth * latency
     return total
+
+
+def overlap_bound(steps: list[Step] | list[dict], k: int) -> float:
+    """The sum of the steps' own wall-clock durations over k (seconds): a proposal runs its steps one after
+    another and at most k run at once (start order), so with these steps at these durations no schedule
+    finishes sooner. Between it and the run's wall time is what scheduling could still win; beyond it, only
+    shorter steps (fewer sequential LM round trips per proposal) help."""
+    total = 0.0
+    for s in steps:
+        start, end = (s.start, s.end) if isinstance(s, Step) else (s["start"], s["end"])
+        total += max(0.0, end - start)
+    return total / max(k, 1)

@@ -64,3 +64,22 @@ def test_the_routed_floor_runs_a_specialist_for_every_request_of_either_task():
                 route = route_of(routed(question=row.question))
                 want = 1 if name == "climb" or row.id[0] == "q" else 2
                 assert (route.executed, route.error) == (want, None), (name, row.id, route)
+
+
+def test_the_ratios_report_the_overlap_bound_and_the_fresh_process_floor():
+    from benchmarks.perf import ratios
+
+    def row(method, lat, k=1, **kw):
+        base = {"method": method, "latency": lat, "k": k, "threads": 16, "cpu_ms_per_call": 1.0,
+                "wall_ms_per_call": 10.0, "best_val": 0.5}
+        return {**base, **kw}
+
+    rows = [row("gepa", 0.0, predict_cpu_ms=0.4, routed_cpu_ms=4.0, worker_cpu_ms=2.0),
+            row("adaptive", 0.0, 4, cpu_ms_per_call=4.5, wall_ms_per_call=3.0, bound_ms_per_call=2.0),
+            row("gepa", 0.05, wall_ms_per_call=12.0),
+            row("adaptive", 0.05, 4, wall_ms_per_call=9.0, bound_ms_per_call=6.0, best_val=0.6)]
+    text = ratios(rows)
+    assert "latency 50 ms, k=4: CPU/call ours/dspy.GEPA = 1.00, wall/call ours/dspy.GEPA = 0.75" in text
+    assert "overlap bound 0.50x" in text                 # 6.0 / 12.0, only where there is latency
+    assert text.count("overlap bound") == 1
+    assert "2.40 ms = 2.40x dspy.GEPA's" in text         # bare predict 0.4 + empty worker 2.0, over 1.0

@@ -188,3 +188,34 @@ def test_a_worker_crash_retires_its_zygote_for_a_fresh_layout():
         probe = unchecked("return dspy.Prediction(h=hash('layout'))")
         assert run_unchecked(p, probe, {}).outputs and p._forkserver.pid not in (None, old)
         assert _wait_for(lambda: not os.path.exists(f"/proc/{old}") or _gone(old))
+
+
+def _children_of(pid: int) -> set[int]:
+    kids = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+                if int(ppid) == pid and state != "Z":      # (an exited worker waits for the zygote's next reap)
+                    kids.add(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return kids
+
+
+def test_the_empty_worker_floor_forks_confined_workers_and_leaves_none_behind():
+    """sandbox.bench's floor (a worker forked, confined, then sent away unused) measures real workers -- the
+    zygote makes each one -- and none of them outlives the measurement or serves anything."""
+    from dspy_adaptive.sandbox.bench import empty_worker_cpu_ms
+
+    with SandboxPool(max_workers=1, timeout=5) as p:
+        assert p.run(TRIVIAL, {"x": 1}, FakeBridge()) == {"answer": 1}
+        spawned = p.stats["spawned"]
+        ms = empty_worker_cpu_ms(p, 30)       # (CPU is counted in 10 ms ticks: enough workers to show)
+        assert 0 < ms < 1000
+        assert spawned + 30 <= p.stats["spawned"] <= spawned + 30 + 2    # (+ what the refill may have prepared)
+        zpid = p._forkserver.pid
+        assert _wait_for(lambda: _children_of(zpid) <= set(p.prepared_pids()))
+        assert p.stats["workers"] == 0
+        assert p.run(TRIVIAL, {"x": 2}, FakeBridge()) == {"answer": 2}     # the pool serves on as before
