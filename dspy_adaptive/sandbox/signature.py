@@ -280,10 +280,39 @@ def parse_signature(text: Any, reserved: frozenset[str] = frozenset()) -> Parsed
 
 
 # ------------------------------------------------------------------------------------------ values
-def conforms(value: Any, typ: Any) -> bool:
+#: Checks one request's values may cost the host (`conforms`): every node a check visits and every Literal
+#: value it compares counts one. A specialist chooses both the types and the values, and a check's cost is
+#: their product (a Union of lists of Literals against a long list fails each alternative on its last
+#: element), so without a bound one 256 KB request held the host's CPU for seconds, past its deadline.
+MAX_CHECK_STEPS = 200_000
+
+
+class CheckTooCostly(ValueError):
+    """Checking a value against its declared type would cost more than MAX_CHECK_STEPS."""
+
+
+def check_budget() -> list[int]:
+    """A fresh step budget for one request's `conforms` checks."""
+    return [MAX_CHECK_STEPS]
+
+
+def conforms(value: Any, typ: Any, budget: list[int] | None = None) -> bool:
     """Whether a plain JSON value fits a type this grammar builds (as DSPy's own input check reads it, with
     two allowances for JSON: an integer fits `float`, and a list of strings fits `str`, as DSPy accepts; a
-    DSPy type's value is its plain data, which `dspy_types.deserialize` validates with DSPy's own validator)."""
+    DSPy type's value is its plain data, which `dspy_types.deserialize` validates with DSPy's own validator).
+    `budget` (`check_budget()`, shared by one request's checks) bounds the work: CheckTooCostly when spent."""
+    return _conforms(value, typ, check_budget() if budget is None else budget)
+
+
+def _spend(budget: list[int], steps: int) -> None:
+    budget[0] -= steps
+    if budget[0] < 0:
+        raise CheckTooCostly(f"checking the values against their declared types would take more than "
+                             f"{MAX_CHECK_STEPS} steps")
+
+
+def _conforms(value: Any, typ: Any, budget: list[int]) -> bool:
+    _spend(budget, 1)
     if typ is typing.Any:
         return True
     if is_dspy_type(typ):                   # its plain data; DSPy's own validator checks it (dspy_types)
@@ -291,7 +320,11 @@ def conforms(value: Any, typ: Any) -> bool:
     if typ is type(None) or typ is None:
         return value is None
     if typ is str:
-        return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+        if isinstance(value, list):
+            bad = next((i for i, v in enumerate(value) if not isinstance(v, str)), None)
+            _spend(budget, len(value) if bad is None else bad + 1)      # (what was scanned)
+            return bad is None
+        return isinstance(value, str)
     if typ is bool:
         return isinstance(value, bool)
     if typ is int:
@@ -304,13 +337,15 @@ def conforms(value: Any, typ: Any) -> bool:
         return isinstance(value, dict)
     origin, args = typing.get_origin(typ), typing.get_args(typ)
     if origin is typing.Union:
-        return any(conforms(value, a) for a in args)
+        return any(_conforms(value, a, budget) for a in args)
     if origin is typing.Literal:
+        _spend(budget, len(args))
         return any(value == a and type(value) is type(a) for a in args)
     if origin is list:
-        return isinstance(value, list) and all(conforms(v, args[0]) for v in value)
+        return isinstance(value, list) and all(_conforms(v, args[0], budget) for v in value)
     if origin is dict:
-        return isinstance(value, dict) and all(isinstance(k, str) and conforms(v, args[1]) for k, v in value.items())
+        return isinstance(value, dict) and all(isinstance(k, str) and _conforms(v, args[1], budget)
+                                               for k, v in value.items())
     return False
 
 

@@ -324,3 +324,24 @@ def test_dspy_custom_type_markers_in_text_are_refused():
     with pytest.raises(BridgeRefused, match="custom-type marker"):
         parse_tool({"name": "search", "args": [], "kwargs": {"query": smuggled}}, ("search",))
     assert parse_predict({**frame, "inputs": {"question": "<< a normal text >>"}}).inputs["question"]
+
+
+def test_checking_a_value_against_its_type_has_a_bounded_cost():
+    """A specialist picks both the types and the values, and a type check's cost is their product: a Union of 35
+    lists of 32 Literals against an 85k-element list failing each alternative on its last element took 5 s of host
+    CPU per request (past the call's deadline, which is read between frames). One request's checks have one bound."""
+    alts = ["list[Literal[%d,%s,41]]" % (100 + i, ",".join(str(v) for v in range(10, 40))) for i in range(35)]
+    signature = "x: " + "|".join(alts) + " -> y"
+    value = [41] * 85_000 + [99]
+    t0 = time.process_time()
+    with pytest.raises(BridgeRefused, match="would take more than .* steps"):
+        parse_predict(req(signature=signature, inputs={"x": value}))
+    assert time.process_time() - t0 < 1.0
+    many = "a: list[Literal[1, 2]] | list[int], b: list[Literal[1, 2]] | list[int] -> y"  # the bound is per request
+    one = [1] * 40_000 + [3]                                        # (each alone fits)
+    assert parse_predict(req(signature=many, inputs={"a": one})).inputs == {"a": one}
+    with pytest.raises(BridgeRefused, match="would take more than"):
+        parse_predict(req(signature=many, inputs={"a": one, "b": one}))
+    big = {"q": ["p"] * 50_000}                                     # large honest values still fit
+    assert parse_predict(req(signature="q: str | list[int] -> a", inputs=big)).inputs == big
+    assert parse_predict(req(signature="q: list[int] | str -> a", inputs={"q": [7] * 60_000})).inputs["q"][-1] == 7
