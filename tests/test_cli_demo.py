@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from dspy_adaptive.cli import main
 
 
@@ -129,6 +131,92 @@ def test_the_demo_can_serve_with_a_distilled_router(tmp_path):
     assert "## Distilled router" in report and "share still calling the LM router" in report
     tests = json.loads((out / "test_results.json").read_text())
     assert tests["optimized_hash"].endswith("+distilled")
+    # a rerun without it leaves nothing that describes the distilled router it no longer serves with
+    scripted(out, "--budget", "96")
+    for library in (out / "library", out / "search" / "best_library"):
+        assert (library / "router.txt").exists()
+        assert not (library / "distilled_router.json").exists() and not (library / "distilled_router.txt").exists()
+    assert "distilled_router" not in json.loads((out / "routed.json").read_text())
+    assert "## Distilled router" not in (out / "report.md").read_text()
+
+
+def test_load_run_opens_the_search_of_a_demo_out_folder(tmp_path):
+    from dspy_adaptive import load_run
+
+    out = tmp_path / "demo"
+    scripted(out)
+    assert load_run(out).to_dict() == load_run(out / "search").to_dict()
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "run.json").write_text((out / "search" / "run.json").read_text())
+    with pytest.raises(FileNotFoundError, match=r"the log_dir of a finished run .*run.json is in '.*runs/a': pass"):
+        load_run(tmp_path / "runs")
+
+
+GATED = """import os, time, dspy_adaptive.demo.run as r
+real = r.evaluate_on
+def gated(*a, **k):
+    print('TESTING', flush=True)
+    while not os.path.exists({go!r}):
+        time.sleep(0.05)
+    return real(*a, **k)
+r.evaluate_on = gated
+from dspy_adaptive.cli import main; main({args!r})
+"""
+
+
+def test_a_second_demo_into_the_same_out_is_refused_at_once_and_the_first_loses_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    out, go = tmp_path / "demo", tmp_path / "go"
+    args = ["demo", "--out", str(out), "--actor-lm", "scripted", "--budget", "60"]
+    first = subprocess.Popen([sys.executable, "-c", GATED.format(go=str(go), args=args)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    try:
+        for line in first.stdout:                 # the first demo is mid-run: searched, now testing
+            if "TESTING" in line:
+                break
+        evals = (out / "search" / "evals.jsonl").read_text()
+        second = run_cli(args)
+        assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr
+        assert f"--out {str(out)!r} is in use by another demo run (pid {first.pid} on " in second.stderr
+        assert "Wait for that run to end" in second.stderr and "use another --out" in second.stderr
+        assert "[demo]" not in second.stdout                               # it did not start
+        assert (out / "search" / "evals.jsonl").read_text() == evals       # nor score anything
+    finally:
+        go.touch()
+        _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    spent = json.loads((out / "search" / "run.json").read_text())["budget"]["spent"]
+    assert len((out / "search" / "evals.jsonl").read_text().splitlines()) == spent      # each call logged once
+    assert json.loads((out / "demo.json").read_text())["sessions"] == 1
+
+
+def test_a_demo_whose_search_folder_another_run_holds_is_refused_and_not_counted(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "demo"
+    scripted(out)
+    before = (out / "demo.json").read_text()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from dspy_adaptive.search.checkpoint import DirLock\n"
+                               "lock = DirLock.acquire(sys.argv[1], what='search')\n"
+                               "print('locked', flush=True); time.sleep(600)", str(out / "search")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        proc = run_cli(["demo", "--out", str(out), "--actor-lm", "scripted", "--budget", "60"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"log_dir {str(out / 'search')!r} is in use by another search (pid {holder.pid} on " in proc.stderr
+    assert (out / "demo.json").read_text() == before                     # not a session
+    scripted(out)                                                        # the holder was killed: free again
+    assert json.loads((out / "demo.json").read_text())["sessions"] == 2
 
 
 def test_a_refused_rerun_says_what_differs_and_is_not_counted(tmp_path):

@@ -12,6 +12,7 @@ budget, progress bars, and resume on rerun. It writes to `out`:
     library/                  the exported library (router.txt, slot_k/...)
     search/                   the optimizer's log_dir (checkpoint, run.json) — rerun to resume
     test_results.json         every test-row score and route, per program
+    run.lock                  held while a demo runs in `out`: a second one is refused (see run_demo)
 """
 
 from __future__ import annotations
@@ -216,22 +217,35 @@ class WallClock:
 def run_demo(config: DemoConfig) -> Path:
     """Run (or resume) the demo; returns the output directory. Ctrl-C (or SIGTERM) keeps everything scored so
     far: rerun the same command to resume. A session refused before it ran anything (options, another run in
-    --out, an LM that cannot be used) is not counted in demo.json's sessions or wall time."""
+    --out, an LM that cannot be used) is not counted in demo.json's sessions or wall time.
+
+    --out is this session's from start to end (the run lock of `search.checkpoint.DirLock`, the one the search
+    takes on its own log_dir, --out/search): a second demo started into the same --out meanwhile is refused at
+    once (`LogDirInUseError`), before it reads or writes anything there or calls any LM. The demo's own work
+    outside the search (the test evaluation, demo.json, the report and export) is covered too."""
+    from dspy_adaptive.search.checkpoint import DirLock, LogDirInUseError
+
     out = Path(config.out)
     check_out(out)
-    clock = WallClock(out)
-    clock.keep_saving()
     try:
-        result = _run_demo(config, out, clock)
-    except DemoError:
-        clock.forget()
-        raise                      # refused before anything ran: not a session
-    except BaseException:
+        lock = DirLock.acquire(out, what="demo run", option="--out")
+    except OSError as e:
+        raise DemoError(f"--out {out} cannot be written ({e.strerror or e}); give a directory you can write to") \
+            from None
+    with lock:
+        clock = WallClock(out)
+        clock.keep_saving()
+        try:
+            result = _run_demo(config, out, clock)
+        except (DemoError, LogDirInUseError):
+            clock.forget()
+            raise                      # refused before anything ran: not a session
+        except BaseException:
+            clock.stop()
+            clock.save()               # interrupted, terminated or failed mid-run: its time counts
+            raise
         clock.stop()
-        clock.save()               # interrupted, terminated or failed mid-run: its time counts
-        raise
-    clock.stop()
-    clock.save()
+        clock.save()
     return result
 
 

@@ -124,8 +124,12 @@ def parse(state: Mapping[str, Any]) -> DistilledRouter | None:
     return None if data is None else DistilledRouter.from_dict(data)
 
 
+#: The files `export_files` writes; a library exported without a distilled router has none of them.
+EXPORT_NAMES = ("distilled_router.json", "distilled_router.txt")
+
+
 def export_files(d: DistilledRouter | None) -> dict[str, str]:
-    """distilled_router.json (the data) and distilled_router.txt (for people) when there is one."""
+    """distilled_router.json (the data) and distilled_router.txt (for people) when there is one (EXPORT_NAMES)."""
     import json
 
     from dspy_adaptive.escaping import visible_controls

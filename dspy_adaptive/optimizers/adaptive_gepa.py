@@ -51,7 +51,8 @@ class AdaptiveGEPA(Teleprompter):
         metric: dspy.GEPA's feedback metric, `metric(gold, pred, trace, pred_name, pred_trace)` returning a
             number (float, int, bool or numpy scalar) or `dspy.Prediction(score=..., feedback=...)` (optionally
             with `objective_scores={name: number}`). A metric that raises or returns a non-number is recorded
-            and scored `failure_score`.
+            and scored `failure_score`; one that does so on every row of the seed validation stops the run before
+            any reflection (`lm.preflight.MetricFaultError`).
         auto: budget preset, "light" | "medium" | "heavy": the budget dspy.GEPA computes for the same program
             and data (set exactly one of auto, max_full_evals, max_metric_calls).
         max_full_evals: budget as a number of full passes over trainset + valset.
@@ -60,8 +61,9 @@ class AdaptiveGEPA(Teleprompter):
         reflection_minibatch_size: feedback (trainset) rows per reflective proposal.
         candidate_selection_strategy: "pareto" (GEPA's per-row frontier, frequency weighted), "current_best"
             (the highest validation mean), "epsilon_greedy" or "top_k_pareto" (gepa's, as dspy.GEPA passes them).
-        reflection_lm: the LM that reads traces and proposes edits (use a strong model). Required unless a
-            proposer or component_selector is given; then None means the configured LM (a warning says so).
+        reflection_lm: the LM that reads traces and proposes edits (use a strong model): a `dspy.BaseLM` such as
+            `dspy.LM("openai/gpt-4.1")` (a name or plain function is refused before any call, as in every LM role).
+            Required unless a proposer or component_selector is given; then None means the configured LM (warned).
         skip_perfect_score: skip reflection when the parent scores `perfect_score` on the whole minibatch.
         add_format_failure_as_feedback: when the program fails because an LM answer could not be parsed into
             its output fields, show reflection the LM's raw answer with the failure (default: the failure only).
@@ -216,20 +218,21 @@ class AdaptiveGEPA(Teleprompter):
         train, val = compile_rows("AdaptiveGEPA", student, trainset, teacher, valset, kwargs)
         tracker = SearchTracker(self.config.tracking)
         run, engine = self._build(student, train, val, valset is not None, tracker)         # build
-        if run.restore(engine.load_state_dict) and self.config.run.progress:                   # resume
-            tqdm.write(engine.resume_summary(self.log_dir, len(run.resume.pending)))
-        if tracker:
-            tracker.start(optimizer_config(self.get_params(), "AdaptiveGEPA", max_metric_calls=run.budget.max_calls,
-                                           num_threads=run.threads, seed=engine.s.seed, trainset_size=len(train),
-                                           valset_size=len(val)))
-        try:
-            with run, run.meter.active():                                                      # run
-                engine.run()
-        except BaseException:
+        with run.holding_log_dir():                      # log_dir is this run's until its record is written
+            if run.restore(engine.load_state_dict) and self.config.run.progress:               # resume
+                tqdm.write(engine.resume_summary(self.log_dir, len(run.resume.pending)))
             if tracker:
-                tracker.finish(failed=True)
-            raise
-        return self._result(run, engine, train, val, tracker)                                  # result
+                tracker.start(optimizer_config(self.get_params(), "AdaptiveGEPA",
+                                               max_metric_calls=run.budget.max_calls, num_threads=run.threads,
+                                               seed=engine.s.seed, trainset_size=len(train), valset_size=len(val)))
+            try:
+                with run, run.meter.active():                                                  # run
+                    engine.run()
+            except BaseException:
+                if tracker:
+                    tracker.finish(failed=True)
+                raise
+            return self._result(run, engine, train, val, tracker)                              # result
 
     def _build(self, student: dspy.Module, train: Sequence[Row], val: Sequence[Row], has_valset: bool,
                tracker: SearchTracker) -> tuple[AssembledRun, SearchEngine]:
@@ -248,11 +251,8 @@ class AdaptiveGEPA(Teleprompter):
         b = c.budget
         run = assemble(spec, limits=BudgetLimits(max_calls, b.max_cost_usd, b.max_idle_iterations, b.max_candidates),
                        log_dir=c.run.log_dir, identity=identity, what="search", progress=c.run.progress,
-                       lms={"reflection_lm": c.reflection.lm})
-        if c.sandbox.isolation == "strict":
-            run.pool.isolation_report()     # refuses here, before any LM money is spent
-        else:
-            run.pool.prestart()
+                       lms={"reflection_lm": reflection.lm})        # (resolved: checked as the reflection role)
+        run.prepare_pool(strict=c.sandbox.isolation == "strict")   # refuses here, before any LM money is spent
         reflector = reflection.reflector(input_names=spec.input_names, tools=c.program.tools,
                                            schedule=run.services.schedule)
         engine = SearchEngine(settings=search, merge=c.merge, seed_library=Library.empty(c.program.max_specialists),

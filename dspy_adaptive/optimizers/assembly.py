@@ -2,31 +2,43 @@
 rows with -- the routed program over the user's program, its sandbox pool, the budget, the cost ledger, the
 evaluator, the checkpoint store with its resume, the schedule and the progress bar.
 
-    run = assemble(spec, budget=..., log_dir=..., identity=...)   # nothing is scored yet
-    with run:                       # closes rows, store and (on error) the pool
-        ... search with run.evaluator / run.services ...
-    routed = run.returned(best_library)            # the program handed to the user (owns the pool)
+    run = assemble(spec, budget=..., log_dir=..., identity=...)   # nothing is scored yet; log_dir is this run's
+    with run.holding_log_dir():     # until the record is written; then log_dir is free (search.checkpoint.DirLock)
+        with run:                   # closes rows, store and (on error) the pool
+            ... search with run.evaluator / run.services ...
+        routed = run.returned(best_library)        # the program handed to the user (owns the pool)
+        ... write the record into log_dir ...
 
 The run's identity -- everything that changes its results -- is written before the first scored call; a
-rerun on the same log_dir with anything different is refused, naming what differs (see search.checkpoint).
+rerun on the same log_dir with anything different is refused, naming what differs, and so is a run into a log_dir
+another live run holds (`LogDirInUseError`; see search.checkpoint).
 Then every LM role is checked (`lm.preflight.check_lms`), and the evaluator's guard stops a run whose first
-scored calls all fail for a configuration reason: an LM that cannot be used costs nothing but its check, and
-leaves no files that would refuse the corrected rerun (`CheckpointStore.discard_unused`).
+scored calls all fail for a configuration reason, or whose first evaluation's metric faulted on every call: an LM
+that cannot be used costs nothing but its check, and neither leaves files that would refuse the corrected rerun
+(`CheckpointStore.discard_unused`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import dspy
 
 from dspy_adaptive.data import Row
-from dspy_adaptive.lm.preflight import FirstCallsGuard, LMSetupError, check_lms, lm_roles, lms_inside
+from dspy_adaptive.lm.preflight import (
+    FirstCallsGuard,
+    LMSetupError,
+    MetricFaultError,
+    check_lms,
+    lm_roles,
+    lms_inside,
+)
 from dspy_adaptive.lm.usage import UsageMeter, current_meter
 from dspy_adaptive.optimizers.terminate import sigterm_as_interrupt
 from dspy_adaptive.program.library import Library
@@ -151,29 +163,68 @@ class AssembledRun:
         self._signals.__enter__()
         return self
 
+    def prepare_pool(self, *, strict: bool) -> None:
+        """Start the sandbox pool: measured first and refused when `strict` and a layer is missing (before any LM
+        money is spent; log_dir is given up then), else started in the background."""
+        try:
+            if strict:
+                self.pool.isolation_report()
+            else:
+                self.pool.prestart()
+        except BaseException:
+            self.release()
+            raise
+
+    @contextlib.contextmanager
+    def holding_log_dir(self) -> Iterator["AssembledRun"]:
+        """The run's whole life after it was built -- resume, search, record: log_dir is given up when it ends, in
+        whatever way (`release`)."""
+        try:
+            yield self
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Give log_dir up, once the run is over and its record written (`holding_log_dir` does it). A run never
+        released gives it up when it is garbage-collected, or when its process ends."""
+        if self.store is not None:
+            self.store.release()
+
     def __exit__(self, exc_type: Any, *_: Any) -> None:
         """Stop the rows (interrupted: rows not started are dropped, not run first) and close the store (a run
-        stopped for an unusable LM before it logged anything leaves no files behind)."""
+        stopped for an unusable LM, or for a metric that faulted on every call, before it logged anything leaves
+        no files behind)."""
         signals, self._signals = self._signals, None
         if signals is not None:
             signals.__exit__(None, None, None)
         self.evaluator.close(wait=exc_type is None)
         if self.store is not None:
             self.store.close()
-            if exc_type is not None and issubclass(exc_type, LMSetupError):
+            if exc_type is not None and issubclass(exc_type, (LMSetupError, MetricFaultError)):
                 self.store.discard_unused()
 
 
 def assemble(spec: RunSpec, *, limits: BudgetLimits, log_dir: str | None, identity: Mapping[str, Any],
              what: str = "run", progress: bool = False, progress_desc: str = "Adaptive-GEPA",
              lms: Mapping[str, Any] | None = None) -> AssembledRun:
-    """Build a run: program and pool, cost ledger, budget, checkpoint store (opened: another run's files are
-    refused here, before anything is scored), the check of every LM role (`lms`: the roles the program does not
-    name, e.g. {"reflection_lm": lm}), evaluator with the replay of interrupted work and the first-calls guard,
-    schedule and progress bar."""
+    """Build a run: program and pool, cost ledger, budget, checkpoint store (opened: log_dir is taken for this
+    run, and a live run in it or another run's files are refused here, before anything is scored), the check of
+    every LM role (`lms`: the roles the program does not name, e.g. {"reflection_lm": lm}), evaluator with the
+    replay of interrupted work and the first-calls guard, schedule and progress bar. The caller releases the run
+    (`AssembledRun.release`); if building it fails, log_dir is released here."""
     threads = spec.execution.threads()
     store = CheckpointStore(log_dir, identity, what=what) if log_dir else None
     resume = store.open() if store is not None else Resume(None)
+    try:
+        return _assemble(spec, threads, limits, store, resume, progress, progress_desc, lms)
+    except BaseException:
+        if store is not None:
+            store.release()
+        raise
+
+
+def _assemble(spec: RunSpec, threads: int, limits: BudgetLimits, store: CheckpointStore | None, resume: Resume,
+              progress: bool, progress_desc: str, lms: Mapping[str, Any] | None) -> AssembledRun:
     roles = lm_roles(fast_lm=spec.program.fast_lm, deep_lm=spec.program.deep_lm, student=spec.student,
                      metric=spec.metric, extra=lms)
     try:

@@ -132,14 +132,27 @@ def check_metric(metric: Callable) -> None:
     if not callable(metric):
         raise InputError(f"metric must be callable, got {type(metric).__name__}")
     try:
-        inspect.signature(metric).bind(None, None, None, None, None)
+        signature = inspect.signature(metric)
+    except ValueError:
+        return  # builtins without a signature: accept
+    try:
+        signature.bind(None, None, None, None, None)
     except TypeError as e:
         raise MetricSignatureError(
             "metric must accept five arguments (gold, pred, trace, pred_name, pred_trace), like dspy.GEPA's "
-            f"feedback metric; yours does not ({e}). Define it as "
+            f"feedback metric; {_arity_problem(signature, e)}. Define it as "
             "`def metric(gold, pred, trace=None, pred_name=None, pred_trace=None)`.") from e
-    except ValueError:
-        pass  # builtins without a signature: accept
+
+
+def _arity_problem(signature: inspect.Signature, error: TypeError) -> str:
+    """What keeps `signature` from taking five positional arguments, in words: too few, or one more it requires."""
+    params = signature.parameters.values()
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 5 and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        n = len(positional)
+        return (f"yours takes too few: only {n} positional argument{'s' if n != 1 else ''}"
+                + (f" ({', '.join(positional)})" if positional else ""))
+    return f"yours requires more ({error})"
 
 
 def config_from_args(a: Mapping[str, Any]) -> AdaptiveGEPAConfig:

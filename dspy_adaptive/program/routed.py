@@ -719,7 +719,8 @@ class RoutedProgram(StudentAttributes, dspy.Module):
     def export(self, directory: str | Path) -> Path:
         """Write the library for people to read: router.txt, library.json,
         slot_k/{description.txt, program.py, profile, active}, and distilled_router.{json,txt} when a
-        distilled router serves the program.
+        distilled router serves the program (when none does, those of an earlier export are removed: every
+        file in `directory` describes this program).
 
         What is shown is what runs: router and descriptions are written with hidden characters
         (bidirectional controls, zero-width characters, ...) as visible escapes, library.json is ASCII
@@ -737,10 +738,13 @@ class RoutedProgram(StudentAttributes, dspy.Module):
             files[f"{d}/profile"] = visible_controls(slot.profile) + "\n"
             files[f"{d}/active"] = ("yes" if slot.active else "no") + "\n"
         files.update(distilled.export_files(self._distilled.current(self)))
-        for relative in files:                  # refuse before writing anything
+        stale = [name for name in distilled.EXPORT_NAMES if name not in files]
+        for relative in (*files, *stale):       # refuse before writing anything
             _check_inside(root, relative)
         for relative, text in files.items():
             _write_inside(root, relative, text)
+        for relative in stale:
+            (root / relative).unlink(missing_ok=True)
         return root
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from dspy_adaptive.escaping import md_cell, md_code, md_fence, md_text
 from dspy_adaptive.program.library import Library
-from dspy_adaptive.record.run_record import AdaptiveGEPAResult
+from dspy_adaptive.record.run_record import AdaptiveGEPAResult, run_json_path
 from dspy_adaptive.schema import ancestors, slot_label
 
 LABELS_FILE = "labels.json"
@@ -56,10 +56,10 @@ def run_record_dir(path: str | Path) -> Path:
     """The directory holding run.json for `path`: the path itself, or the run inside a demo's --out folder
     (`search/`) or any single folder below it; a clear error when there is none."""
     root = Path(path).expanduser().resolve()
-    if (root / "run.json").is_file():
-        return root
-    if (root / "search" / "run.json").is_file():
-        return root / "search"
+    try:
+        return run_json_path(root).parent
+    except FileNotFoundError:
+        pass
     found = latest_run_dir(root)
     if found is not None:
         return found.resolve()

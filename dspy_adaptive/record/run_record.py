@@ -301,10 +301,27 @@ def write_run_record(result: AdaptiveGEPAResult, log_dir: str | Path) -> Path:
                         plots={"learning_curve.png": lambda path: plot_learning_curve(result, path)})
 
 
+#: The demo's search, inside its --out folder (the optimizer's log_dir there).
+DEMO_SEARCH_DIR = "search"
+
+
+def run_json_path(log_dir: str | Path) -> Path:
+    """The run.json of the run in `log_dir`: log_dir/run.json, or, for a demo's --out folder, the one of the search
+    it holds (--out/search). FileNotFoundError otherwise, naming the folders below that hold one."""
+    root = Path(log_dir)
+    for path in (root / "run.json", root / DEMO_SEARCH_DIR / "run.json"):
+        if path.is_file():
+            return path
+    inside = sorted(str(p.parent) for p in root.glob("*/run.json")) if root.is_dir() else []
+    where = (f" A finished run's run.json is in {', '.join(repr(d) for d in inside[:5])}"
+             f"{', ...' if len(inside) > 5 else ''}: pass that folder." if inside else "")
+    raise FileNotFoundError(f"{root / 'run.json'} not found: is {str(log_dir)!r} the log_dir of a finished run (or "
+                            f"a demo's --out folder)?{where}")
+
+
 def load_run(log_dir: str | Path) -> AdaptiveGEPAResult:
-    path = Path(log_dir) / "run.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: is {log_dir!r} the log_dir of a finished run?")
+    """The record of the finished run in `log_dir` (a demo's --out folder opens its search: `run_json_path`)."""
+    path = run_json_path(log_dir)
     return AdaptiveGEPAResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 

@@ -16,13 +16,21 @@ charged again to the budget at once (so a resumed run never exceeds its budget),
 the resumed run scores the same candidate on the same row for the same unit -- the cut-off unit redone, as
 a seeded run redoes it -- the logged result is used instead of running the row again. A pending call no
 redone unit asks for is counted as lost (`Replay.expire`): charged, its result unused.
+
+* `run.lock`: whose the folder is. `open` takes it (`DirLock`) before it reads anything, and the run holds it
+  until its record is written (`release`): a second run into the same folder while the first lives is refused
+  at once (`LogDirInUseError`), before any LM call, and changes nothing there. A killed run leaves it unlocked.
 """
 
 from __future__ import annotations
 
+import datetime
+import errno
 import json
 import os
+import socket
 import threading
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +39,15 @@ from typing import Any, Iterable, Mapping
 from dspy_adaptive.data import InputError
 from dspy_adaptive.schema import BUDGET_KINDS, RowResult
 
+try:
+    import fcntl
+except ImportError:      # not POSIX (Windows): DirLock is a documented no-op there
+    fcntl = None  # type: ignore[assignment]
+
 STATE = "state.json"
 EVALS = "evals.jsonl"
 IDENTITY = "identity.json"
+LOCK = "run.lock"
 #: The layout of state.json and evals.jsonl this code writes and reads; another version is refused on load.
 STATE_VERSION = 2
 
@@ -67,6 +81,110 @@ def atomic_write_text(path: Path, text: str) -> None:
             os.close(dir_fd)
     except OSError:
         pass
+
+
+class LogDirInUseError(InputError):
+    """Another run, still alive, holds the folder (its `run.lock`): this one is refused before any LM call.
+    `holder`: what that run wrote into the lock file (pid, host, started, what), {} when not known."""
+
+    holder: Mapping[str, Any] = {}
+
+
+class DirLock:
+    """A run's ownership of its folder, for as long as the run lasts: an exclusive OS advisory lock
+    (`fcntl.flock`) on `run.lock` inside the folder, held by an open file descriptor; `release` (or leaving the
+    `with` block) ends it.
+
+    Why a lock rather than a pid file: the kernel drops a flock when the last descriptor on it closes, so a run
+    that ends in any way -- normally, on an exception, on Ctrl-C, or killed outright (kill -9, the OOM killer) --
+    leaves its folder free, and a live run always holds it. A pid file outlives a killed run, and telling a stale
+    one from a live one means guessing (a reused pid, another host on a shared disk, a container's pid
+    namespace). The lock file is never deleted (deleting it would let two runs lock two different files); the
+    holder writes its pid, host and start time into it only so that a refused run can say who holds the folder.
+
+    Limits: the lock is advisory (only this package's runs take it); the descriptor is not inherited by child
+    processes (Python opens files non-inheritable), so a run's sandbox workers do not keep it alive after the run;
+    two descriptors in one process exclude each other too (flock, unlike POSIX record locks). Where `fcntl` is
+    missing (Windows) this is a no-op -- the folder is not protected -- and where the file system refuses
+    flock (some network mounts) the run goes on unprotected with a warning, rather than fail."""
+
+    def __init__(self, path: Path, file: Any = None):
+        self.path = path
+        self._file = file
+
+    @classmethod
+    def acquire(cls, directory: str | Path, *, what: str = "run", option: str = "log_dir") -> "DirLock":
+        """Lock `directory` (which must exist) for this run, or raise `LogDirInUseError` naming the holder, in the
+        words of `what` ("search", "demo run") and `option` (how the user named the folder: "log_dir", "--out")."""
+        path = Path(directory) / LOCK
+        if fcntl is None:
+            return cls(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)     # never truncated before the lock is ours
+        f = os.fdopen(fd, "r+", encoding="utf-8")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                f.close()
+                warnings.warn(f"{option} {str(directory)!r} cannot be locked ({e}): another run into it will not be "
+                              "refused", RuntimeWarning, stacklevel=2)
+                return cls(path)
+            text = f.read()
+            f.close()
+            raise cls._in_use(directory, text, what, option) from None
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "what": what,
+                                "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}))
+            f.flush()
+        except OSError:
+            pass                  # who holds it is only for the message; the lock is what counts
+        return cls(path, f)
+
+    @staticmethod
+    def _in_use(directory: str | Path, text: str, what: str, option: str) -> LogDirInUseError:
+        try:
+            holder = json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError:
+            holder = {}
+        holder = holder if isinstance(holder, dict) else {}
+        who = [f"pid {holder['pid']}" + (" (this process)" if holder.get("pid") == os.getpid()
+                                         and holder.get("host") == socket.gethostname() else "")
+               if holder.get("pid") else "", f"on {holder['host']}" if holder.get("host") else "",
+               f"since {holder['started']}" if holder.get("started") else ""]
+        who_text = " ".join(w for w in who if w) or "pid not known yet: it is just starting"
+        err = LogDirInUseError(
+            f"{option} {str(directory)!r} is in use by another {holder.get('what') or what} ({who_text}); two runs "
+            "in one folder would pay for the same work twice and corrupt its record, so this one stops here, "
+            f"before any LM call, leaving that folder as it is. Wait for that run to end (then rerun to resume "
+            f"it), or use another {option}.")
+        err.holder = holder
+        return err
+
+    @property
+    def held(self) -> bool:
+        return self._file is not None
+
+    def release(self) -> None:
+        """Give the folder up (idempotent); the lock file stays, emptied."""
+        f, self._file = self._file, None
+        if f is None:
+            return
+        try:
+            f.seek(0)
+            f.truncate()
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        except OSError:
+            pass
+        finally:
+            f.close()
+
+    def __enter__(self) -> "DirLock":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.release()
 
 
 @dataclass(frozen=True)
@@ -157,11 +275,21 @@ class CheckpointStore:
         self.what = what
         self._lock = threading.Lock()
         self._evals = None
+        self._claim: DirLock | None = None
 
     # -- opening: the only resume ------------------------------------------------------------------------
     def open(self) -> Resume:
-        """Make log_dir ready; refuse another run's files; return what an interrupted run left (see Resume)."""
+        """Make log_dir ready and take it for this run (`DirLock`: a run alive in it refuses this one with
+        `LogDirInUseError`); refuse another run's files; return what an interrupted run left (see Resume). The
+        folder stays this run's until `release`."""
         self._prepare()
+        try:
+            return self._open()
+        except BaseException:
+            self.release()
+            raise
+
+    def _open(self) -> Resume:
         marker = self._read_json(IDENTITY)
         state = self._read_json(STATE)
         if marker is None and state is None:
@@ -180,10 +308,12 @@ class CheckpointStore:
     def _prepare(self) -> None:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
+            self._claim = DirLock.acquire(self.dir, what=self.what)   # before anything is read or written
             probe = self.dir / ".write_test"
             probe.write_text("ok")
             probe.unlink()
         except OSError as e:
+            self.release()
             raise PermissionError(f"log_dir {str(self.dir)!r} is not writable ({e}); pass a directory you can "
                                   "write to, or log_dir=None to run without a record") from e
 
@@ -265,7 +395,15 @@ class CheckpointStore:
         atomic_write_text(self.dir / STATE, json.dumps(payload))
 
     def close(self) -> None:
+        """Close the eval log; the folder stays this run's (its record is still to be written) until `release`."""
         with self._lock:
             if self._evals is not None:
                 self._evals.close()
                 self._evals = None
+
+    def release(self) -> None:
+        """The run is over (ended, failed or interrupted) and its record written: close, and give log_dir up."""
+        self.close()
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()

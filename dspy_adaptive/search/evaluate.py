@@ -59,9 +59,10 @@ class Evaluator:
         replay: the calls an interrupted run made and the resumed run may ask for again (see the module
             docstring), or None.
         executor: where rows run (default: a thread pool of `num_threads`).
-        guard: watches the session's first scored calls and stops the run (`LMSetupError`) when they all fail
-            for a configuration reason (`lm.preflight.FirstCallsGuard`); the calls it holds back are logged only
-            once one call comes back without such a fault. None: no early stop.
+        guard: watches the session's first scored calls and stops the run when they all fail for a configuration
+            reason (`LMSetupError`) or its first evaluation's are all metric faults (`MetricFaultError`;
+            `lm.preflight.FirstCallsGuard`); the calls it holds back are logged only once one call comes back
+            without such a fault. None: no early stop.
     """
 
     def __init__(self, base: RoutedProgram, metric: Callable, budget: Budget, *, num_threads: int = 1,
@@ -128,8 +129,8 @@ class Evaluator:
         if run:
             t0 = time.perf_counter()
             fresh = self.executor.run(library, run, lambda res: self._log(tag, key, kind, res))
-            if self.guard is not None:
-                self.guard.evaluation_done()
+            if self.guard is not None:      # may stop the run, or release the calls it held back
+                self._logged(self.guard.evaluation_done(replayed.values()))
             if self.schedule is not None:
                 depth = max(sum(1 for s in r.steps) for r in fresh)
                 self.schedule.record(kind, len(fresh), depth, t0, time.perf_counter())
@@ -145,9 +146,11 @@ class Evaluator:
 
     def _log(self, tag: int, key: str, kind: str, res: RowResult) -> None:
         """A scored call came back: to the log (through the first-calls guard, which may hold it back or stop)."""
-        admitted = [(tag, key, kind, res)] if self.guard is None else self.guard.admit((tag, key, kind, res), res)
+        self._logged([(tag, key, kind, res)] if self.guard is None else self.guard.admit((tag, key, kind, res), res))
+
+    def _logged(self, items: Sequence[tuple[int, str, str, RowResult]]) -> None:
         if self.on_scored is not None:
-            for item in admitted:
+            for item in items:
                 self.on_scored(*item)
 
     def note_fault(self, res: RowResult) -> None:

@@ -56,6 +56,17 @@ def test_metric_with_wrong_arity():
         AdaptiveGEPA(lambda gold, pred: 1.0, reflection_lm=LM, max_metric_calls=10)
 
 
+@pytest.mark.parametrize("metric, says", [
+    (lambda x: 1.0, "yours takes too few: only 1 positional argument (x)"),
+    (lambda gold, pred: 1.0, "yours takes too few: only 2 positional arguments (gold, pred)"),
+    (lambda a, b, c, d, e, f: 1.0, "yours requires more (missing a required argument: 'f')"),
+])
+def test_a_metric_signature_error_says_what_is_wrong(metric, says):
+    with pytest.raises(InputError) as err:
+        AdaptiveGEPA(metric, reflection_lm=LM, max_metric_calls=10)
+    assert says in str(err.value) and "too many" not in str(err.value)
+
+
 def ex(**kw):
     return dspy.Example(**kw)
 

@@ -93,42 +93,43 @@ class OpenEndedOptimizer(Teleprompter):
                     "optimizer_lm": describe_lm(self.optimizer_lm), "max_turns": self.max_turns}
         run = assemble(spec, limits=BudgetLimits(self.max_metric_calls, self.max_cost_usd), log_dir=self.log_dir,
                        identity=identity, what="OEO run", lms={"optimizer_lm": self.optimizer_lm})
-        contract = Contract(Library.empty(self.program.max_specialists), train, val, run.evaluator, seed=self.seed)
-        outputs = self._output_names(student)
-        task = (f"Requests have the input field(s) {', '.join(spec.input_names)}; the program answers "
-                f"{', '.join(outputs)}. There are {len(train)} training rows (their traces and feedback are yours to "
-                f"run) and {len(val)} validation rows (scores only). Specialist programs follow this contract:\n"
-                + program_contract(spec.input_names, outputs, tuple(self.program.tools)))
-        lost = [0]
+        with run.holding_log_dir():                      # log_dir is this run's until its record is written
+            contract = Contract(Library.empty(self.program.max_specialists), train, val, run.evaluator, seed=self.seed)
+            outputs = self._output_names(student)
+            task = (f"Requests have the input field(s) {', '.join(spec.input_names)}; the program answers "
+                    f"{', '.join(outputs)}. There are {len(train)} training rows (their traces and feedback are yours "
+                    f"to run) and {len(val)} validation rows (scores only). Specialist programs follow this contract:\n"
+                    + program_contract(spec.input_names, outputs, tuple(self.program.tools)))
+            lost = [0]
 
-        def on_turn(runner: Runner, turn: Turn) -> None:
-            lost[0] += run.evaluator.replay.expire(upto=turn.index)    # cut-off calls no redone turn asked for
-            if run.store is not None:
-                run.store.commit(self._state(runner, lost[0]))
+            def on_turn(runner: Runner, turn: Turn) -> None:
+                lost[0] += run.evaluator.replay.expire(upto=turn.index)    # cut-off calls no redone turn asked for
+                if run.store is not None:
+                    run.store.commit(self._state(runner, lost[0]))
 
-        runner = Runner(contract, self.optimizer_lm, task, max_turns=self.max_turns, meter=run.meter,
-                        max_cost_usd=self.max_cost_usd, on_turn=on_turn)
+            runner = Runner(contract, self.optimizer_lm, task, max_turns=self.max_turns, meter=run.meter,
+                            max_cost_usd=self.max_cost_usd, on_turn=on_turn)
 
-        def load(state: dict[str, Any]) -> None:
-            contract.load_state_dict(state["contract"])
-            runner.load_state_dict(state["runner"])
-            lost[0] = int(state.get("lost_calls", 0))
+            def load(state: dict[str, Any]) -> None:
+                contract.load_state_dict(state["contract"])
+                runner.load_state_dict(state["runner"])
+                lost[0] = int(state.get("lost_calls", 0))
 
-        run.restore(load)
-        try:
-            with run, run.meter.active():
-                runner.run()
-        finally:
-            lost[0] += run.evaluator.replay.expire()
-            if run.store is not None:
-                run.store.commit(self._state(runner, lost[0]))
-        best = contract.output()
-        routed = run.returned(best.library)
-        self.record = self._record(runner, best.index, lost[0])
-        routed.oeo_record = self.record
-        if self.log_dir:
-            write_record(self.record, Path(self.log_dir))
-        return routed
+            run.restore(load)
+            try:
+                with run, run.meter.active():
+                    runner.run()
+            finally:
+                lost[0] += run.evaluator.replay.expire()
+                if run.store is not None:
+                    run.store.commit(self._state(runner, lost[0]))
+            best = contract.output()
+            routed = run.returned(best.library)
+            self.record = self._record(runner, best.index, lost[0])
+            routed.oeo_record = self.record
+            if self.log_dir:
+                write_record(self.record, Path(self.log_dir))
+            return routed
 
     # -- helpers -------------------------------------------------------------------------------------------
     @staticmethod
