@@ -26,6 +26,7 @@ import asyncio
 import copy
 import functools
 import json
+import logging
 import os
 import re
 import threading
@@ -64,6 +65,8 @@ from dspy_adaptive.sandbox.compiler import source_hash
 from dspy_adaptive.sandbox.dspy_types import DspyValueError, deserialize, involves, sent_media
 
 _ROUTE_ATTR = "_adaptive_route"
+logger = logging.getLogger(__name__)
+_WARNED_EXTRA: set[tuple[str, ...]] = set()     # extra keywords already warned about (once per set of names)
 _INT_RE = re.compile(r"-?\d+")
 
 
@@ -437,7 +440,24 @@ class RoutedProgram(StudentAttributes, dspy.Module):
 
     # -- one call ----------------------------------------------------------------------------------
     def forward(self, **inputs: Any) -> dspy.Prediction:
-        return self._execute(inputs, *self._decide(inputs))
+        request = self._request(inputs)
+        return self._execute(inputs, *self._decide(request), request=request)
+
+    def _request(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """What the router and the specialists see: the program's declared input fields only (a specialist is a
+        drop-in for the program, so an extra keyword must not reach some routes and not others). The fallback --
+        the program itself -- gets every keyword, as it would without the optimizer. A warning names extras."""
+        if not self.input_names:
+            return inputs
+        extra = [k for k in inputs if k not in self.input_names]
+        if not extra:
+            return inputs
+        if tuple(extra) not in _WARNED_EXTRA:
+            _WARNED_EXTRA.add(tuple(extra))
+            logger.warning("RoutedProgram: %s not among the program's input fields (%s): the router and the "
+                           "specialists do not see %s; the fallback gets every keyword", ", ".join(map(repr, extra)),
+                           ", ".join(self.input_names), "it" if len(extra) == 1 else "them")
+        return {k: v for k, v in inputs.items() if k in self.input_names}
 
     def _decide(self, inputs: Mapping[str, Any]) -> tuple[int | None, str | None, dict[str, Any]]:
         """(selected, router answer, how): the distilled router's slot when it is confident enough, else the
@@ -451,8 +471,9 @@ class RoutedProgram(StudentAttributes, dspy.Module):
         return selected, answer, how
 
     def _execute(self, inputs: dict[str, Any], selected: int | None, answer: str | None,
-                 how: Mapping[str, Any] | None = None) -> dspy.Prediction:
-        """Resolve `selected` and run the slot it resolves to (or the fallback); the route is attached."""
+                 how: Mapping[str, Any] | None = None, request: dict[str, Any] | None = None) -> dspy.Prediction:
+        """Resolve `selected` and run the slot it resolves to (or the fallback, with every keyword in `inputs`;
+        a specialist gets `request`, the declared ones: `_request`); the route is attached."""
         how = dict(how or {})
         executed, reason = self._resolve(selected, answer)
         if executed == FALLBACK:
@@ -464,7 +485,8 @@ class RoutedProgram(StudentAttributes, dspy.Module):
                 _attach(e, route)
                 raise
         else:
-            pred, route = self._run_specialist(executed, inputs, selected, answer, how)
+            pred, route = self._run_specialist(executed, inputs if request is None else request, selected, answer,
+                                               how)
         _attach(pred, route)
         return pred
 

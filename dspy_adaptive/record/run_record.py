@@ -84,6 +84,7 @@ class AdaptiveGEPAResult:
         proposals = [p.to_dict() for p in records]
         by_kind = dict(state["budget"])
         spent = sum(by_kind.values())
+        allowed = max(state["max_calls"], state.get("max_calls_allowed") or 0)   # the largest any session gave
         return cls(
             candidates=[c.library for c in arch.candidates],
             parents=[list(c.parents) for c in arch.candidates],
@@ -96,8 +97,8 @@ class AdaptiveGEPAResult:
             selected=[dict(c.selected) for c in arch.candidates],
             proposals=proposals,
             action_counts=action_counts(proposals),
-            budget={"max": state["max_calls"], "spent": spent, "by_kind": by_kind,
-                    "overshoot": max(0, spent - state["max_calls"]), "lost_to_interruptions": state["lost_calls"]},
+            budget={"max": allowed, "spent": spent, "by_kind": by_kind, "this_session": state["max_calls"],
+                    "overshoot": max(0, spent - allowed), "lost_to_interruptions": state["lost_calls"]},
             usage=dict(state["usage"]),
             best_idx=arch.best_index(),
             seed=state["seed"],

@@ -90,10 +90,18 @@ class SearchEngine:
         self._pending_spend = 0                   # scored calls of the proposal being folded
         self._val_by_id = {r.id: r for r in self.val}
         self._seed_done: dict[str, RowResult] = {}
+        self.allowed_before = 0                   # the largest budget an earlier session of this run had
 
     # -- the loop ----------------------------------------------------------------------------------------
+    def allowed_calls(self) -> int:
+        """The largest budget any session of this run was given: what its scored calls are measured against (a
+        rerun with a smaller budget than an earlier session's ends at once; it did not overshoot)."""
+        return max(self.allowed_before, self.budget.max_calls)
+
     def run(self) -> Archive:
-        self.progress.open(total=self.budget.max_calls, initial=self.budget.spent)
+        spent = self.budget.spent    # (past this session's budget but within an earlier one's: ends here, no overshoot)
+        total = spent if self.budget.max_calls <= spent <= self.allowed_before else self.budget.max_calls
+        self.progress.open(total=total, initial=spent)
         try:
             if not len(self.archive):
                 self._validate_seed()
@@ -318,7 +326,8 @@ class SearchEngine:
             "merge_state": self.merge_state.to_dict(), "usage": self.meter.snapshot(),
             "committed": sorted(self.committed), "lost_calls": self.lost_calls,
             "idle_iterations": self.budget.idle_iterations,
-            "val_ids": [r.id for r in self.val], "max_calls": self.budget.max_calls, "seed": self.s.seed,
+            "val_ids": [r.id for r in self.val], "max_calls": self.budget.max_calls,
+            "max_calls_allowed": self.allowed_calls(), "seed": self.s.seed,
             "stop_reason": self.stop_reason, "reproducibility": self.reproducibility(),
             "schedule": self.schedule.to_list(),
         }
@@ -329,9 +338,13 @@ class SearchEngine:
             return (f"Resuming the seed validation in {log_dir}: {pending} of {len(self.val)} rows were scored "
                     "before the interruption.")
         best = self.archive[self.archive.best_index()].val_mean
-        return (f"Resuming {log_dir}: iteration {self.iteration}, {self.budget.spent} of {self.budget.max_calls} "
+        text = (f"Resuming {log_dir}: iteration {self.iteration}, {self.budget.spent} of {self.budget.max_calls} "
                 f"scored calls spent ({pending} by interrupted work, kept), {len(self.archive)} candidates (best "
                 f"validation mean {best:.3f}).")
+        if self.budget.max_calls <= self.budget.spent and self.allowed_before > self.budget.max_calls:
+            text += (f" An earlier session allowed {self.allowed_before} scored calls and this one "
+                     f"{self.budget.max_calls}, already spent: the run ends here (raise the budget to continue it).")
+        return text
 
     def reproducibility(self) -> str:
         """Whether the seed fixes this run (given an LM whose answers depend only on the prompt), and why."""
@@ -352,6 +365,7 @@ class SearchEngine:
         self.merge_state = MergeState.from_dict(state["merge_state"])
         self.committed = set(state["committed"])
         self.lost_calls = state.get("lost_calls", 0)
+        self.allowed_before = int(state.get("max_calls_allowed", state.get("max_calls", 0)) or 0)
         if state.get("seed") is not None and state["seed"] != self.s.seed:   # seed=None: the run's own seed
             self.s = replace(self.s, seed=state["seed"])
         self.schedule.restore(state.get("schedule") or [])

@@ -347,3 +347,26 @@ def test_a_different_run_in_the_same_log_dir_is_refused_before_it_scores_anythin
             dspy.Predict("question -> answer"), trainset=train, valset=val)
     assert "metric: was" in str(e.value) and "search.seed" in str(e.value)
     assert (tmp_path / "evals.jsonl").read_text() == before         # nothing of the old run is lost
+
+
+def test_a_rerun_with_a_smaller_budget_than_an_earlier_session_ends_without_an_overshoot(data, tmp_path):
+    """Raising the budget (a rerun with more calls) and then rerunning the original command: the run already spent
+    more than the original budget, but within what a session allowed -- it ends at once, spending nothing, and its
+    record measures the calls against the largest budget it was given (no false overshoot)."""
+    train, val = data
+    program, log_dir = dspy.Predict("question -> answer"), str(tmp_path / "run")
+
+    def run(calls):
+        return optimizer(toy.reflection_lm(program_source=toy.WRONG_SOURCE, vary=True), max_metric_calls=calls,
+                         log_dir=log_dir).compile(program, trainset=train, valset=val).detailed_results
+
+    first = run(40)
+    raised = run(80)
+    assert raised.budget["spent"] > 40
+    again = run(40)
+    assert again.budget["spent"] == raised.budget["spent"]                      # nothing more was spent
+    assert again.budget["max"] == 80 and again.budget["overshoot"] == raised.budget["overshoot"] <= 80 // 4
+    assert again.budget["this_session"] == 40
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert f"{again.budget['spent']} of 80" in report
+    assert first.budget["max"] == 40

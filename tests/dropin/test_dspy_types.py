@@ -222,3 +222,27 @@ def test_the_types_a_request_names_leave_nothing_behind_for_the_next_request():
     del first, typed
     gc.collect()
     assert alive() is None                                            # nothing on the host still holds it
+
+
+def test_an_extra_keyword_does_not_change_the_outcome_by_route(caplog):
+    """A specialist is a drop-in for the program: a keyword the program does not declare reaches neither the router
+    (its prompt and memo would change) nor a specialist (whose forward takes the program's fields), and is warned
+    about once; the fallback -- the program itself -- gets it as it would without the optimizer."""
+    from dspy_adaptive.program import routed
+
+    routed._WARNED_EXTRA.discard(("note",))
+    outs = []
+    for slot in ("1", "0"):
+        lm = scripted_lm(lambda call, s=slot: {"slot": s} if "slot" in call.output_fields else {"hour": "8"})
+        lib = Library.empty(2).with_slot(1, Slot().activated("Clock photos: read the hour", CLOCK, "fast"))
+        rp = RoutedProgram(dspy.Predict("clock_photo: dspy.Image -> hour: int"), lib, fast_lm=lm, deep_lm=lm)
+        try:
+            with caplog.at_level("WARNING"):
+                pred = rp(clock_photo=dspy.Image(URL), note="extra")
+            outs.append((route_of(pred).executed, route_of(pred).error, pred.hour))
+            router_prompt = lm.scripted.calls[0].prompt
+            assert "note" not in router_prompt and "extra" not in router_prompt
+        finally:
+            rp.close()
+    assert outs == [(1, None, 8), (0, None, 8)]
+    assert sum("'note' not among the program's input fields" in r.getMessage() for r in caplog.records) == 1
