@@ -103,6 +103,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                      "judge_max_tokens", "max_idle"):
             if options[name] < 1:
                 parser.error(f"--{name.replace('_', '-')} must be at least 1, got {options[name]}")
+        unused = [k for k in ("reflection_lm", "judge_lm") if options[k] not in (None, "local", "scripted")]
+        if options["actor_lm"] == "scripted" and unused:
+            given = " and ".join(f"--{k.replace('_', '-')} {options[k]}" for k in unused)
+            parser.error(f"--actor-lm scripted scripts every role, so {given} would not be used: leave "
+                         f"{'it' if ' and ' not in given else 'them'} out, or pick a real --actor-lm")
         if options["max_repair_attempts"] < 0:
             parser.error(f"--max-repair-attempts must be 0 or more, got {options['max_repair_attempts']}")
         from dspy_adaptive.optimizers.terminate import Terminated, sigterm_as_interrupt

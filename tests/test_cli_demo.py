@@ -109,6 +109,10 @@ def test_errors_name_the_option_the_user_typed(tmp_path):
     assert proc.returncode == 2 and "--actor-lm local:/no/such.gguf: no GGUF file" in proc.stderr
     proc = run_cli(["demo", "--out", str(tmp_path / "x"), "--budget", "0"])
     assert proc.returncode == 2 and "--budget must be at least 1" in proc.stderr
+    proc = run_cli(["demo", "--out", str(tmp_path / "y"), "--actor-lm", "scripted", "--reflection-lm", "openai/gpt-4.1",
+                    "--judge-lm", "foo/bar"])      # options the scripted tour would drop silently
+    assert proc.returncode == 2 and "--reflection-lm openai/gpt-4.1 and --judge-lm foo/bar would not be used" \
+        in proc.stderr and not (tmp_path / "y").exists()
 
 
 def test_demo_help_documents_the_command():

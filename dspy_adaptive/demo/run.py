@@ -323,7 +323,9 @@ def _run_demo(config: DemoConfig, out: Path, clock: WallClock) -> Path:
     routed.export(out / "library")
     test_labels = {r["id"]: friendly(r["family"]) for r in tests["optimized"]}
     gain = paired_gain(tests["seed"], tests["optimized"])
-    data = {"config": dataclasses.asdict(c), "wall_seconds": round(clock.total, 1), "sessions": clock.sessions,
+    actor, reflection, judge = c.role_names()      # (the LMs as the run used them: all "scripted" in the tour)
+    config = {**dataclasses.asdict(c), "actor_lm": actor, "reflection_lm": reflection, "judge_lm": judge}
+    data = {"config": config, "wall_seconds": round(clock.total, 1), "sessions": clock.sessions,
             "best_candidate": result.best_idx, "test_family_means": {k: family_means(tests[k])
                                                                      for k in ("seed", "optimized")},
             "test_comparison": gain.to_dict() if gain is not None else None,
