@@ -27,7 +27,7 @@ import hashlib
 import html
 import re
 import unicodedata
-from typing import Iterable
+from typing import Any, Iterable
 
 #: Unicode categories written visibly: controls, format characters (bidi controls, zero-width characters,
 #: BOM, tag characters), line/paragraph separators and surrogates (which cannot even be encoded as UTF-8).
@@ -79,12 +79,29 @@ def defang_markers(text: str, field_names: Iterable[str] = ()) -> str:
     (`<<CUSTOM-TYPE-START-IDENTIFIER>>`, which the adapters turn into image or file parts the provider fetches)
     become `< <CUSTOM-TYPE-...`. Everything else is unchanged."""
     text = _CLOSE_MARKER.sub(r"\1] ]", _OPEN_MARKER.sub("[ [", str(text)))
-    text = text.replace("<<CUSTOM-TYPE-", "< <CUSTOM-TYPE-")
+    text = text.replace(CUSTOM_TYPE_MARKER, "< <CUSTOM-TYPE-")
     names = sorted({n for n in field_names if isinstance(n, str) and n.isidentifier()}, key=len, reverse=True)
     if names and "<" in text:
         tags = re.compile(r"<(/?)(" + "|".join(map(re.escape, names)) + r")>")
         text = tags.sub(r"&lt;\1\2&gt;", text)
     return text
+
+
+CUSTOM_TYPE_MARKER = "<<CUSTOM-TYPE-"
+
+
+def inert_custom_types(value: Any) -> Any:
+    """`value` with DSPy's custom-type marker made inert in every text, at any depth of lists and dicts: a text
+    carrying `<<CUSTOM-TYPE-START-IDENTIFIER>>[{"type": "image_url", ...}]<<CUSTOM-TYPE-END-IDENTIFIER>>` becomes,
+    in any DSPy prompt that shows it (a user's LM judge, a downstream module), an image or file part that the
+    LM provider fetches. Other values are returned as they are."""
+    if isinstance(value, str):
+        return value.replace(CUSTOM_TYPE_MARKER, "< <CUSTOM-TYPE-") if CUSTOM_TYPE_MARKER in value else value
+    if isinstance(value, list):
+        return [inert_custom_types(v) for v in value]
+    if isinstance(value, dict):
+        return {k: inert_custom_types(v) for k, v in value.items()}
+    return value
 
 
 def quote_tag(*parts: str) -> str:

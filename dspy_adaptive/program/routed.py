@@ -39,7 +39,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_adaptive.distill import serve as distilled
-from dspy_adaptive.escaping import visible_controls
+from dspy_adaptive.escaping import inert_custom_types, visible_controls
 from dspy_adaptive.lm.adapter_memo import lm_context
 from dspy_adaptive.lm.usage import role
 from dspy_adaptive.program.library import FALLBACK, INACTIVE, Library
@@ -558,6 +558,7 @@ class RoutedProgram(StudentAttributes, dspy.Module):
         types = dict(_dspy_field_types(self.fallback))
         pred = dspy.Prediction()
         for name, value in fields.items():   # not Prediction(**fields): a field named "base" is a constructor argument
+            value = inert_custom_types(value)   # (DSPy's media marker: any prompt showing it would fetch its URL)
             try:                             # the student's DSPy-typed outputs come back as those types
                 pred[name] = deserialize(types[name], value, what=f"output {name!r}", sent=sent) \
                     if name in types else value

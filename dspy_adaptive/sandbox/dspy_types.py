@@ -23,6 +23,7 @@ Their values cross the bridge as plain JSON data, never as host objects:
 from __future__ import annotations
 
 import functools
+import json
 import re
 import typing
 from typing import Any, Mapping
@@ -124,8 +125,51 @@ def _locations(value: Any) -> list[str]:
     return []
 
 
+#: Inline data as DSPy writes it: `data:<type>/<subtype>[;param...];base64,<base64 only>`. Nothing looser: a
+#: provider's SDK that finds "gs://" or "https://" anywhere in the string takes it for a location to fetch.
+_DATA_URI = re.compile(r"data:[A-Za-z0-9.+-]+/[A-Za-z0-9.+-]+(?:;[A-Za-z0-9.+-]+=[A-Za-z0-9.+-]+)*;base64,"
+                       r"[A-Za-z0-9+/]*={0,2}\Z")
+
+
 def _inline(location: str) -> bool:
-    return location[:5].lower() == "data:"
+    return _DATA_URI.match(location) is not None
+
+
+#: DSPy's own validators take super-linear time on crafted text: `dspy.Code` strips markdown fences with a
+#: backtracking regex (each ``` starts a scan to the end: 255,000 backticks held the host 21 s), and
+#: `dspy.ToolCalls` repairs broken JSON `arguments` with json_repair (quadratic: 12,000 characters, 14 s). So a
+#: value from a specialist may hold at most MAX_FENCES fences, and a tool call's `arguments` text must be JSON
+#: (parsed here, in linear time, before DSPy sees it).
+MAX_FENCES = 64
+
+
+def _mentions(annotation: Any, cls: type) -> bool:
+    if isinstance(annotation, type):
+        return issubclass(annotation, cls)
+    return any(_mentions(a, cls) for a in typing.get_args(annotation))
+
+
+def _tame(value: Any, what: str, tool_calls: bool) -> Any:
+    """`value` (plain JSON from the sandbox) with each tool call's `arguments` text parsed as JSON (`tool_calls`:
+    the type mentions dspy.ToolCalls); DspyValueError when that text is not JSON, or when a text holds more than
+    MAX_FENCES code fences."""
+    if isinstance(value, str):
+        if value.count("```") > MAX_FENCES:
+            raise DspyValueError(f"{what} holds more than {MAX_FENCES} code fences (```)")
+        return value
+    if isinstance(value, list):
+        return [_tame(v, what, tool_calls) for v in value]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if tool_calls and k == "arguments" and isinstance(v, str):
+                try:
+                    v = json.loads(v)
+                except (ValueError, RecursionError):
+                    raise DspyValueError(f"{what}: a tool call's arguments must be JSON text or an object") from None
+            out[k] = _tame(v, what, tool_calls)
+        return out
+    return value
 
 
 def _texts(value: Any) -> list[str]:
@@ -152,8 +196,11 @@ def deserialize(annotation: Any, value: Any, *, what: str, sent: frozenset[str] 
     if not involves(annotation):
         return value
     try:
-        typed = _adapter(annotation).validate_python(value)
-    except (pydantic.ValidationError, ValueError, TypeError):
+        tamed = _tame(value, what, _mentions(annotation, _classes()["ToolCalls"]))
+        typed = _adapter(annotation).validate_python(tamed)
+    except DspyValueError:
+        raise
+    except (pydantic.ValidationError, ValueError, TypeError, RecursionError):
         raise DspyValueError(f"{what} is not a valid {type_text(annotation)}: send the value as the field data "
                              "it was received in (an image as {\"url\": <URL or data URI>})") from None
     if _file_ids(typed):

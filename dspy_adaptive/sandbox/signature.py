@@ -60,6 +60,24 @@ RESERVED = frozenset({
     "with_instructions", "with_updated_fields",
 }) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 
+# typing caches Literal[...] and Union[...] objects by their arguments (an LRU shared by the whole process), so a
+# signature built with them would leave host state a later request could time: a Literal of request A's strings
+# comes back faster for request B. The grammar builds both with typing's own functions, past the cache (where this
+# Python has them; otherwise the cached forms).
+_LITERAL = getattr(getattr(typing.Literal, "_getitem", None), "__wrapped__", None)
+_UNION = getattr(getattr(typing, "_SpecialForm", None) and typing._SpecialForm.__getitem__, "__wrapped__", None)
+
+
+def fresh_literal(values: tuple) -> Any:
+    """`typing.Literal[values]`, built afresh (equal to the cached one, never taken from or put in a cache)."""
+    return _LITERAL(typing.Literal, *values) if _LITERAL is not None else typing.Literal[values]
+
+
+def fresh_union(types: tuple) -> Any:
+    """`typing.Union[types]` (`Optional[T]` is `(T, None)`), built afresh like `fresh_literal`."""
+    return _UNION(typing.Union, types) if _UNION is not None else typing.Union[types]  # noqa: UP007
+
+
 _SIMPLE = {"str": str, "int": int, "float": float, "bool": bool, "Any": typing.Any, "None": type(None)}
 _TOKEN = re.compile(r"""\s*(?:(?P<arrow>->)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<int>-?[0-9]{1,18})
                        |(?P<str>'[^'"\\\n]{0,100}'|"[^'"\\\n]{0,100}")|(?P<punct>[\[\],:|.]))""", re.X)
@@ -176,7 +194,7 @@ class _Parser:
         if len(parts) == 1:
             return parts[0]
         types = tuple(p[0] for p in parts)
-        return typing.Union[types], " | ".join(p[1] for p in parts)  # noqa: UP007 (a runtime form)
+        return fresh_union(types), " | ".join(p[1] for p in parts)
 
     def atom(self, depth: int) -> tuple[Any, str]:
         kind, name, pos = self.take()
@@ -210,7 +228,7 @@ class _Parser:
             self.take("[")
             inner, text = self.type(depth + 1)
             self.take("]")
-            return typing.Optional[inner], f"Optional[{text}]"  # noqa: UP007
+            return fresh_union((inner, type(None))), f"Optional[{text}]"
         if name == "Literal":
             self.take("[")
             values = [self.literal()]
@@ -220,7 +238,7 @@ class _Parser:
             self.take("]")
             if len(values) > MAX_LITERALS:
                 raise SignatureError(f"Literal[...] has more than {MAX_LITERALS} values")
-            return typing.Literal[tuple(values)], "Literal[" + ", ".join(repr(v) for v in values) + "]"
+            return fresh_literal(tuple(values)), "Literal[" + ", ".join(repr(v) for v in values) + "]"
         raise SignatureError(
             f"type {_clip(name, 40)!r} is not allowed in signature {_clip(self.text)!r} (allowed: str, int, float, "
             "bool, Any, list[T], dict[str, T], Optional[T], T | None, Literal['a', 'b'], and DSPy's "
