@@ -68,6 +68,8 @@ def first_hidden(text: str, keep: str = "\n\t") -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------ prompts
+#: The prefix of DSPy's custom-type markers (`<<CUSTOM-TYPE-START-IDENTIFIER>>`, `<<CUSTOM-TYPE-END-IDENTIFIER>>`).
+CUSTOM_TYPE_MARKER = "<<CUSTOM-TYPE-"
 _OPEN_MARKER = re.compile(r"\[\[(?=[ \t]*#)")
 _CLOSE_MARKER = re.compile(r"(#[ \t]*)\]\]")
 
@@ -85,9 +87,6 @@ def defang_markers(text: str, field_names: Iterable[str] = ()) -> str:
         tags = re.compile(r"<(/?)(" + "|".join(map(re.escape, names)) + r")>")
         text = tags.sub(r"&lt;\1\2&gt;", text)
     return text
-
-
-CUSTOM_TYPE_MARKER = "<<CUSTOM-TYPE-"
 
 
 def inert_custom_types(value: Any) -> Any:

@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from dspy_adaptive.escaping import CUSTOM_TYPE_MARKER
 from dspy_adaptive.lm.adapter_memo import lm_context
 from dspy_adaptive.lm.usage import role
 from dspy_adaptive.sandbox.dspy_types import DspyValueError, deserialize, serialize
@@ -156,11 +157,9 @@ def json_size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
-#: DSPy's adapters turn text between these markers into real message parts (an image fetched by the provider):
-#: text a specialist sends must never carry them (dspy.adapters.types.base_type's identifiers share this prefix).
-CUSTOM_TYPE_MARKER = "<<CUSTOM-TYPE-"
-
-
+# DSPy's adapters turn text between its custom-type markers (escaping.CUSTOM_TYPE_MARKER, the prefix of
+# dspy.adapters.types.base_type's identifiers) into real message parts (an image fetched by the provider): text a
+# specialist sends must never carry them.
 def _no_custom_type_markers(value: Any, what: str) -> None:
     """Refuse DSPy's custom-type markers anywhere in a specialist's text (an image or file smuggled into an LM
     call as text would be fetched by the provider: a channel out of the sandbox)."""

@@ -89,9 +89,23 @@ def serialize(value: Any) -> Any:
 
 def involves(annotation: Any) -> bool:
     """Whether a field type mentions a DSPy type (`dspy.Image`, `list[dspy.Image]`, `Optional[dspy.Code]`...)."""
-    if isinstance(annotation, type) and issubclass(annotation, tuple(_classes().values())):
+    return _mentions(annotation, tuple(_classes().values()))
+
+
+def _mentions(annotation: Any, classes: type | tuple[type, ...]) -> bool:
+    """Whether a field type mentions one of `classes`, at any depth of its arguments."""
+    if isinstance(annotation, type) and issubclass(annotation, classes):
         return True
-    return any(involves(a) for a in typing.get_args(annotation))
+    return any(_mentions(a, classes) for a in typing.get_args(annotation))
+
+
+def _leaves(value: Any) -> list[Any]:
+    """Every value inside `value` that is not a list, tuple or dict (a DSPy value is one leaf)."""
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    return [value]
 
 
 def _adapter(annotation: Any) -> pydantic.TypeAdapter:
@@ -102,27 +116,16 @@ def _adapter(annotation: Any) -> pydantic.TypeAdapter:
 
 
 def _file_ids(value: Any) -> bool:
-    if isinstance(value, _classes()["File"]):
-        return value.file_id is not None
-    if isinstance(value, (list, tuple)):
-        return any(_file_ids(v) for v in value)
-    if isinstance(value, dict):
-        return any(_file_ids(v) for v in value.values())
-    return False
+    return any(isinstance(v, _classes()["File"]) and v.file_id is not None for v in _leaves(value))
 
 
 def _locations(value: Any) -> list[str]:
     """The media locations in a (validated) value: each Image's URL and each File's data, at any depth."""
     classes = _classes()
-    if isinstance(value, classes["Image"]):
-        return [value.url] if isinstance(value.url, str) else []
-    if isinstance(value, classes["File"]):
-        return [value.file_data] if isinstance(value.file_data, str) else []
-    if isinstance(value, (list, tuple)):
-        return [loc for v in value for loc in _locations(v)]
-    if isinstance(value, dict):
-        return [loc for v in value.values() for loc in _locations(v)]
-    return []
+    return [loc for v in _leaves(value)
+            for loc in ([v.url] if isinstance(v, classes["Image"]) else
+                        [v.file_data] if isinstance(v, classes["File"]) else [])
+            if isinstance(loc, str)]
 
 
 #: Inline data as DSPy writes it: `data:<type>/<subtype>[;param...];base64,<base64 only>`. Nothing looser: a
@@ -141,12 +144,6 @@ def _inline(location: str) -> bool:
 #: value from a specialist may hold at most MAX_FENCES fences, and a tool call's `arguments` text must be JSON
 #: (parsed here, in linear time, before DSPy sees it).
 MAX_FENCES = 64
-
-
-def _mentions(annotation: Any, cls: type) -> bool:
-    if isinstance(annotation, type):
-        return issubclass(annotation, cls)
-    return any(_mentions(a, cls) for a in typing.get_args(annotation))
 
 
 def _tame(value: Any, what: str, tool_calls: bool) -> Any:
@@ -172,21 +169,12 @@ def _tame(value: Any, what: str, tool_calls: bool) -> Any:
     return value
 
 
-def _texts(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _texts(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _texts(v)]
-    return []
-
-
 def sent_media(values: Any) -> frozenset[str]:
     """The media locations the host sends a specialist in `values` (a request's inputs) that are not inline
     data -- each DSPy media value's URL or data, and each text as given (a URL passed as text for a field
     the program declares `dspy.Image`): the only ones it may send back for this request (module docstring)."""
-    return frozenset(loc for loc in _locations(values) + _texts(values) if not _inline(loc))
+    texts = [v for v in _leaves(values) if isinstance(v, str)]
+    return frozenset(loc for loc in _locations(values) + texts if not _inline(loc))
 
 
 def deserialize(annotation: Any, value: Any, *, what: str, sent: frozenset[str] = frozenset()) -> Any:
