@@ -3,7 +3,9 @@ init).
 
 A host process (a child of this one, `python -c HOST`) starts a pool and puts its workers in every state
 an attacker can choose -- sleeping without using CPU, spinning, waiting on a bridge call, blocking every
-signal, trying to disarm its own timer, and prepared but never used -- then something happens to it:
+signal, trying to disarm its own timer, and prepared but never used -- then, once every call's specialist
+says it is running (a `started()` tool call: a worker that dies before its request reaches it is replaced,
+and the call runs on a fresh one, so "taken" is not "running"), something happens to it:
 
     host SIGKILLed                every worker and the zygote must be gone within GRACE seconds
                                   (the zygote watches the host; the workers die with the zygote)
@@ -57,24 +59,29 @@ from dspy_adaptive.sandbox import Layers, SandboxPool
 from dspy_adaptive.sandbox.testing import FakeBridge, run_unchecked, unchecked
 warnings.simplefilter("ignore")
 
+started = []
+
 class Bridge(FakeBridge):
     def tool(self, request):
+        if request.name == "started":     # the call's specialist code is running (its request reached it)
+            started.append(1)
+            return None
         time.sleep(10**6)
 
 layers = Layers() if cfg["layers"] else Layers.none()
 pool = SandboxPool(max_workers=len(cfg["states"]), timeout=cfg["timeout"], call_timeout=cfg["call_timeout"],
-                   max_idle=cfg["max_idle"], layers=layers, tool_names=("slow",), prepared=2)
+                   max_idle=cfg["max_idle"], layers=layers, tool_names=("slow", "started"), prepared=2)
 pool.warm()
 errors = []
 def call(body):
     try:
-        run_unchecked(pool, unchecked(body), {}, Bridge())
+        run_unchecked(pool, unchecked("started()\n" + body), {}, Bridge())
     except Exception as e:
         errors.append(type(e).__name__ + ": " + str(e)[:200])
 for body in cfg["states"]:
     threading.Thread(target=call, args=(body,), daemon=True).start()
 end = time.monotonic() + 30
-while time.monotonic() < end and (len(pool.worker_pids()) < len(cfg["states"]) or len(pool.prepared_pids()) < 2):
+while time.monotonic() < end and (len(started) < len(cfg["states"]) or len(pool.prepared_pids()) < 2):
     time.sleep(0.02)
 print(json.dumps({"zygote": pool._forkserver.pid, "workers": pool.worker_pids(), "prepared": pool.prepared_pids(),
                   "errors": errors}), flush=True)
