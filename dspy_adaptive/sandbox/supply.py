@@ -2,9 +2,12 @@
 
 A worker is forked from the pool's zygote, confines itself completely (isolation.confine) and then
 waits, "ready", for the one request it will ever serve; afterwards it is killed. `WorkerSupply` keeps
-a few such workers prepared (`target`) and replaces each one taken, in a background thread, so the fork
-and the confinement are off the request's critical path. Nothing crosses from one request to another:
-a prepared worker has never run request code, and every request gets its own.
+a few such workers prepared (`target`) and replaces the ones taken, in a background thread, so the fork
+and the confinement are off the request's critical path. It replaces them a batch at a time (`batch`: a
+quarter of a worker's cost here is the zygote's per-request overhead -- a fork-server round trip, the
+descriptors passed back -- which one request for several workers pays once: `python -m
+dspy_adaptive.sandbox.bench` and `benchmarks.perf` report the CPU per worker). Nothing crosses from one
+request to another: a prepared worker has never run request code, and every request gets its own.
 
 A prepared worker that waited too long (`max_idle`), or died meanwhile, is discarded rather than used;
 every worker also carries a wall-clock limit of its own (`lifetime`, enforced by itself and by the
@@ -29,6 +32,7 @@ from typing import Any
 from . import forkserver, protocol
 
 READY_TIMEOUT = 10.0   # seconds a prepared worker may take to confine itself and say it is ready
+MAX_BATCH = 4          # workers asked of the zygote at once when refilling (at most half the target)
 WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 UID_RANGE = (1 << 30, (1 << 31) - 2)   # per-worker uids (root hosts): unused by any account (as zygote.py)
 
@@ -97,6 +101,7 @@ class WorkerSupply:
                  debug: bool = False, rotate_every: int = 0):
         self.server = server
         self.target = target if server is not None else 0
+        self.batch = max(1, min(MAX_BATCH, self.target // 2))   # refill once this many have been taken
         self.max_idle = max_idle
         self.debug = debug
         self.rotate_every = rotate_every
@@ -127,7 +132,16 @@ class WorkerSupply:
                 return w
             w.finish()
         self._start_thread()
-        return self.new(1)[0]
+        first, *extra = self.new(self.batch if self.server is not None else 1)   # none prepared: a batch now,
+        if extra:                                                                 # the rest for the next requests
+            with self._cond:
+                keep = not self._closed
+                if keep:
+                    self._ready.extend(extra)
+            if not keep:
+                for w in extra:
+                    w.finish()
+        return first
 
     def new(self, n: int) -> list[Worker]:
         """Start `n` workers now, in this thread."""
@@ -200,7 +214,8 @@ class WorkerSupply:
             return [w.pid for w in self._ready]
 
     def prepare(self) -> None:
-        """Start the refill thread (it prepares `target` workers, then one per worker taken)."""
+        """Start the refill thread (it prepares `target` workers, then `batch` more whenever that many have
+        been taken)."""
         self._start_thread()
 
     def _start_thread(self) -> None:
@@ -215,7 +230,7 @@ class WorkerSupply:
     def _refill(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and (self.cfg is None or len(self._ready) >= self.target):
+                while not self._closed and (self.cfg is None or len(self._ready) > self.target - self.batch):
                     self._cond.wait(timeout=self.max_idle)
                     self._drop_stale_locked()
                 if self._closed:

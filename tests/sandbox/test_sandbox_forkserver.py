@@ -219,3 +219,26 @@ def test_the_empty_worker_floor_forks_confined_workers_and_leaves_none_behind():
         assert _wait_for(lambda: _children_of(zpid) <= set(p.prepared_pids()))
         assert p.stats["workers"] == 0
         assert p.run(TRIVIAL, {"x": 2}, FakeBridge()) == {"answer": 2}     # the pool serves on as before
+
+
+def test_workers_are_asked_of_the_zygote_a_batch_at_a_time():
+    """The supply asks the zygote for `batch` workers per round trip (the round trip is a quarter of a
+    worker's CPU): when none is prepared a call takes one of a fresh batch and leaves the rest prepared, and
+    the refill waits until a batch has been taken."""
+    sizes: list[int] = []
+    with SandboxPool(max_workers=8, timeout=5) as p:
+        supply = p._supply
+        assert (supply.target, supply.batch) == (8, 4)
+        p.warm()
+        assert _wait_for(lambda: supply.prepared() == 8)
+        real = p._forkserver.spawn
+        p._forkserver.spawn = lambda n, cfg: (sizes.append(n), real(n, cfg))[1]
+        for i in range(20):
+            assert p.run(TRIVIAL, {"x": i}, FakeBridge()) == {"answer": i}
+        supply.flush()                                     # none prepared: the next call starts a batch itself
+        assert p.run(TRIVIAL, {"x": 99}, FakeBridge()) == {"answer": 99}
+        assert _wait_for(lambda: supply.prepared() >= 3)
+        assert sizes and all(n >= 4 for n in sizes), sizes    # never one worker per zygote round trip
+        assert supply.prepared() <= supply.target + supply.batch - 1
+    with SandboxPool(max_workers=1, timeout=5) as p:          # a target of 2 refills one at a time
+        assert (p._supply.target, p._supply.batch) == (2, 1)
