@@ -233,8 +233,9 @@ def _assemble(spec: RunSpec, threads: int, limits: BudgetLimits, store: Checkpoi
         if store is not None:
             store.discard_unused()
         raise
+    journal = store.append_route if store is not None else None     # a resumed run starts from what it learnt
     base = build_program(spec, max_workers=max(2, threads),
-                         route_memo=RouteMemo() if spec.execution.route_memo else None)
+                         route_memo=RouteMemo(dict(resume.routes), journal) if spec.execution.route_memo else None)
     meter = UsageMeter()
     budget = Budget(limits.max_calls, max_cost_usd=limits.max_cost_usd, cost=meter.total_cost,
                     max_idle_iterations=limits.max_idle_iterations, max_candidates=limits.max_candidates)

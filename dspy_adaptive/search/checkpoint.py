@@ -9,13 +9,16 @@ Files in log_dir:
   turns -- folded into it). Replaced atomically (temp file, fsync, rename).
 * `evals.jsonl`: an append-only log of every scored call as it completes, tagged with its work unit, the
   candidate's content hash and its budget kind; flushed at once, so a kill hides nothing.
+* `routes.jsonl`: an append-only log of the router decisions the run's memo learnt (`program.route_memo`), so a
+  resumed run does not ask the router again for what the interrupted session paid for.
 
-On resume (`CheckpointStore.open`) the log splits in two: calls of committed units (already in the state's
-budget) and *pending* calls, made by units the interruption cut off. Pending calls were paid for: they are
-charged again to the budget at once (so a resumed run never exceeds its budget), and kept as a `Replay`: when
-the resumed run scores the same candidate on the same row for the same unit -- the cut-off unit redone, as
-a seeded run redoes it -- the logged result is used instead of running the row again. A pending call no
-redone unit asks for is counted as lost (`Replay.expire`): charged, its result unused.
+On resume (`CheckpointStore.open`) the route log refills the memo (`Resume.routes`), and the eval log splits
+in two: calls of committed units (already in the state's budget) and *pending* calls, made by units the
+interruption cut off. Pending calls were paid for: they are charged again to the budget at once (so a resumed
+run never exceeds its budget), and kept as a `Replay`: when the resumed run scores the same candidate on the
+same row for the same unit -- the cut-off unit redone, as a seeded run redoes it -- the logged result is used
+instead of running the row again. A pending call no redone unit asks for is counted as lost (`Replay.expire`):
+charged, its result unused.
 
 * `run.lock`: whose the folder is. `open` takes it (`DirLock`) before it reads anything, and the run holds it
   until its record is written (`release`): a second run into the same folder while the first lives is refused
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from dspy_adaptive.data import InputError
+from dspy_adaptive.program.route_memo import Decision, MemoKey
 from dspy_adaptive.schema import BUDGET_KINDS, RowResult
 
 try:
@@ -46,6 +50,7 @@ except ImportError:      # not POSIX (Windows): DirLock is a documented no-op th
 
 STATE = "state.json"
 EVALS = "evals.jsonl"
+ROUTES = "routes.jsonl"
 IDENTITY = "identity.json"
 LOCK = "run.lock"
 #: The layout of state.json and evals.jsonl this code writes and reads; another version is refused on load.
@@ -215,6 +220,7 @@ class Resume:
     state: dict[str, Any] | None
     committed: tuple[LoggedCall, ...] = ()
     pending: tuple[LoggedCall, ...] = ()
+    routes: tuple[tuple[MemoKey, Decision], ...] = ()    # router decisions the run learnt (the memo's start)
 
     @property
     def resumed(self) -> bool:
@@ -275,6 +281,7 @@ class CheckpointStore:
         self.what = what
         self._lock = threading.Lock()
         self._evals = None
+        self._routes = None
         self._claim: DirLock | None = None
 
     # -- opening: the only resume ------------------------------------------------------------------------
@@ -295,6 +302,7 @@ class CheckpointStore:
         if marker is None and state is None:
             self._check_no_stray_log()
             atomic_write_text(self.dir / EVALS, "")
+            atomic_write_text(self.dir / ROUTES, "")
             atomic_write_text(self.dir / IDENTITY, json.dumps({"version": STATE_VERSION, "identity": self.identity}))
             return Resume(None)
         self._check_identity(marker, state)
@@ -303,7 +311,9 @@ class CheckpointStore:
         committed = tuple(c for c in calls if c.tag in committed_tags)
         pending = tuple(c for c in calls if c.tag not in committed_tags)
         atomic_write_text(self.dir / EVALS, "".join(c.to_json() + "\n" for c in calls))   # drops a torn tail
-        return Resume(state, committed, pending)
+        routes = self._read_routes()
+        atomic_write_text(self.dir / ROUTES, "".join(_route_line(k, d) for k, d in routes))
+        return Resume(state, committed, pending, routes)
 
     def _prepare(self) -> None:
         try:
@@ -364,6 +374,24 @@ class CheckpointStore:
                     break  # torn tail from a crash mid-append (nothing after it was flushed)
         return calls
 
+    def _read_routes(self) -> tuple[tuple[MemoKey, Decision], ...]:
+        path, routes = self.dir / ROUTES, []
+        if not path.exists():      # (a log_dir written before the route log existed)
+            return ()
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    r, s, request = (str(x) for x in rec["key"])
+                    slot = rec["slot"]
+                    if not (slot is None or (isinstance(slot, int) and not isinstance(slot, bool))):
+                        raise ValueError("slot")
+                    answer = rec["answer"]
+                    routes.append(((r, s, request), (slot, None if answer is None else str(answer))))
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    break  # torn tail from a crash mid-append
+        return tuple(routes)
+
     def discard_unused(self) -> bool:
         """The run stopped before it logged or committed anything (an LM that cannot be used): remove the identity
         and the empty log `open` wrote, so a corrected rerun starts fresh instead of being refused as another run.
@@ -372,7 +400,7 @@ class CheckpointStore:
         evals = self.dir / EVALS
         if (self.dir / STATE).exists() or (evals.exists() and evals.stat().st_size):
             return False
-        for name in (IDENTITY, EVALS):
+        for name in (IDENTITY, EVALS, ROUTES):
             (self.dir / name).unlink(missing_ok=True)
         return True
 
@@ -384,6 +412,15 @@ class CheckpointStore:
                 self._evals = open(self.dir / EVALS, "a", encoding="utf-8")
             self._evals.write(line + "\n")
             self._evals.flush()  # a SIGKILL must not drop counted calls
+
+    def append_route(self, key: MemoKey, decision: Decision) -> None:
+        """A router decision the memo learnt (`RouteMemo`'s journal); flushed at once like a scored call."""
+        line = _route_line(key, decision)
+        with self._lock:
+            if self._routes is None:
+                self._routes = open(self.dir / ROUTES, "a", encoding="utf-8")
+            self._routes.write(line)
+            self._routes.flush()
 
     def commit(self, state: Mapping[str, Any]) -> None:
         """Replace state.json by `state` (which names its committed work units in `committed`)."""
@@ -397,9 +434,10 @@ class CheckpointStore:
     def close(self) -> None:
         """Close the eval log; the folder stays this run's (its record is still to be written) until `release`."""
         with self._lock:
-            if self._evals is not None:
-                self._evals.close()
-                self._evals = None
+            for f in (self._evals, self._routes):
+                if f is not None:
+                    f.close()
+            self._evals = self._routes = None
 
     def release(self) -> None:
         """The run is over (ended, failed or interrupted) and its record written: close, and give log_dir up."""
@@ -407,3 +445,8 @@ class CheckpointStore:
         claim, self._claim = self._claim, None
         if claim is not None:
             claim.release()
+
+
+def _route_line(key: MemoKey, decision: Decision) -> str:
+    slot, answer = decision
+    return json.dumps({"key": list(key), "slot": slot, "answer": answer}) + "\n"

@@ -246,6 +246,41 @@ def test_interrupted_run_resumes_to_the_same_archive(data, tmp_path):
     assert len(logged) == resumed.budget["spent"] == full.budget["spent"]
 
 
+def _router_calls(lm) -> int:
+    return sum(1 for c in lm.scripted.calls if "slot" in c.output_fields)
+
+
+def test_a_resumed_run_does_not_ask_the_router_again_for_what_it_learnt(data, tmp_path):
+    """The router decisions of the interrupted session come back from routes.jsonl (the actor here has DSPy's
+    cache off, as a user's can): the two sessions together make the uninterrupted run's router calls, and
+    the resumed run reaches the same archive."""
+    train, val = data
+    program = dspy.Predict("question -> answer")
+
+    def run(reflection, log_dir):
+        lm = toy.actor_lm()
+        with dspy.context(lm=lm):
+            try:
+                res = optimizer(reflection, max_metric_calls=80, log_dir=str(log_dir)).compile(
+                    program, trainset=train, valset=val).detailed_results
+            except KeyboardInterrupt:
+                res = None
+        return res, _router_calls(lm)
+
+    full, full_calls = run(toy.reflection_lm(program_source=toy.WRONG_SOURCE, vary=True), tmp_path / "full")
+    cut, first = run(toy.reflection_lm(program_source=toy.WRONG_SOURCE, fail_after=5, vary=True), tmp_path / "r")
+    assert cut is None and first > 0
+    logged = (tmp_path / "r" / "routes.jsonl").read_text().splitlines()
+    assert len(logged) == first                       # every decision the first session paid for is kept
+    resumed, second = run(toy.reflection_lm(program_source=toy.WRONG_SOURCE, vary=True), tmp_path / "r")
+    assert _archive_fingerprint(resumed) == _archive_fingerprint(full)
+    assert first + second == full_calls, (first, second, full_calls)
+    with open(tmp_path / "r" / "routes.jsonl", "a") as f:     # a torn last line (a kill mid-append) is dropped
+        f.write('{"key": ["a", "b"')
+    again, third = run(toy.reflection_lm(program_source=toy.WRONG_SOURCE, vary=True), tmp_path / "r")
+    assert third == 0 and not (tmp_path / "r" / "routes.jsonl").read_text().endswith('"b"')
+
+
 def test_resume_refuses_a_different_configuration(data, tmp_path):
     train, val = data
     optimizer(toy.reflection_lm(), max_metric_calls=30, log_dir=str(tmp_path)).compile(
