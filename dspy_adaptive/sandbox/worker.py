@@ -274,9 +274,9 @@ def serve_one(in_fd: int, out_fd: int, applied: dict) -> None:
 _KEEP: list = []   # the scramble's allocations, alive until the process exits
 
 
-def _new_hash_key() -> list[int]:
-    key = os.urandom(16)
-    return [int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little") | 1]
+def _new_hash_key(key: bytes | None = None) -> list[int]:
+    key = key or os.urandom(16)
+    return [int.from_bytes(key[:8], "little"), int.from_bytes(key[8:16], "little") | 1]
 
 
 def scramble() -> None:
@@ -285,16 +285,17 @@ def scramble() -> None:
     at the same address in each of them (and `id()` would say so). A random number of allocations in each
     small-object size class shifts where the request's own objects land, and a random-sized (untouched)
     mapping shifts large ones; the sandbox's hash() gets a key of its own. Done before the request arrives;
-    the randomness comes from the kernel (getrandom)."""
-    _HASH_KEY[:] = _new_hash_key()
-    r = os.urandom(34)
-    random.seed(os.urandom(32))   # and a fresh state for `random` (a forked process starts with its parent's)
+    the randomness comes from the kernel (getrandom), in one call."""
+    entropy = os.urandom(16 + 32 + 34 + 1024)
+    _HASH_KEY[:] = _new_hash_key(entropy[:16])
+    random.seed(int.from_bytes(entropy[16:48], "little"))   # a fresh `random` (a forked process has its parent's)
+    r, keys = entropy[48:82], memoryview(entropy[82:]).cast("H")     # 2 x 256 random 16-bit sort keys
     keep = [object() for _ in range(r[0])]                       # 16-byte blocks (0-255 of them)
     keep += [float(i) for i in range(r[1])]                      # 32-byte blocks
-    for make in (object, float):     # and the free list in a random order: the next blocks of these classes are
-        spare = [make() for _ in range(256)]                     # handed out from freed ones, last freed first
-        random.shuffle(spare)
-        del spare
+    for n, make in enumerate((object, float)):   # and the free list in a random order: the next blocks of these
+        spare = [make() for _ in range(256)]     # classes are handed out from freed ones, last freed first
+        spare = [spare[i] for i in sorted(range(256), key=keys[256 * n:256 * (n + 1)].__getitem__)]
+        del spare                                # (a C sort on random keys: random.shuffle's Python loop cost more)
     for c in range(3, 33):                                       # 48 ... 512-byte blocks (bytes: 33 + n)
         keep += [bytes(16 * c - 33) for _ in range(r[c] & (255 if c < 5 else 15))]
     _KEEP.append(keep)
