@@ -15,7 +15,8 @@ was pushed out while it ran (`InFlight` answers that). Two fold orders:
   minibatch and validation instead of queueing behind them (benchmarks.perf, 50 ms, k=4, seeds 0-3: wall
   per scored call 0.72x -> 0.64x dspy.GEPA's on climb, 0.92x -> 0.82x on mixed, same best scores; the price
   is the child minibatch of a proposal whose parent its predecessor beats: calls to reach the common score
-  over 40 seeds 1.09x -> 1.11x k=1's on climb, 1.08x -> 1.09x on mixed). Its reflection does not wait (it
+  at k=4 over seeds 0-39, `benchmarks.perf --calls-to-score`, measured again after: 1.07x k=1's on climb,
+  1.13x on mixed). Its reflection does not wait (it
   overlaps the proposals started before it: most of the wall time k buys). A proposal whose parent a
   concurrent one has since beaten so stops instead of spending a validation (and, mostly, a child
   minibatch) on an outdated parent, and every decision depends on the seed only (with an LM whose answers
