@@ -57,9 +57,9 @@ class RouteMemo:
         with self._lock:
             new = {k: tuple(v) for k, v in decisions.items() if k not in self._decisions}
             self._decisions.update(new)
-            if self._journal is not None:      # under the lock: the journal sees each decision once, in order
-                for k, v in new.items():
-                    self._journal(k, v)
+        if self._journal is not None:   # outside the lock (a file append): each decision is new to one caller only
+            for k, v in new.items():
+                self._journal(k, v)
 
     def for_router(self, router: str, specialists: str) -> dict[MemoKey, Decision]:
         """The decisions a library with this router text and these descriptions can hit."""

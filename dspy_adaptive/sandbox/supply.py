@@ -132,8 +132,8 @@ class WorkerSupply:
                 return w
             w.finish()
         self._start_thread()
-        first, *extra = self.new(self.batch if self.server is not None else 1)   # none prepared: a batch now,
-        if extra:                                                                 # the rest for the next requests
+        first, *extra = self.new(self.batch)     # none prepared: a batch now, the rest for the next requests
+        if extra:                                # (batch is 1 without a fork server: nothing is prepared then)
             with self._cond:
                 keep = not self._closed
                 if keep:

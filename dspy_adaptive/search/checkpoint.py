@@ -37,7 +37,7 @@ import warnings
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from dspy_adaptive.data import InputError
 from dspy_adaptive.program.route_memo import Decision, MemoKey
@@ -280,8 +280,7 @@ class CheckpointStore:
         self.identity = json.loads(json.dumps(dict(identity), sort_keys=True, default=str))
         self.what = what
         self._lock = threading.Lock()
-        self._evals = None
-        self._routes = None
+        self._logs: dict[str, Any] = {}   # the append-only logs open for appending, by file name
         self._claim: DirLock | None = None
 
     # -- opening: the only resume ------------------------------------------------------------------------
@@ -306,14 +305,12 @@ class CheckpointStore:
             atomic_write_text(self.dir / IDENTITY, json.dumps({"version": STATE_VERSION, "identity": self.identity}))
             return Resume(None)
         self._check_identity(marker, state)
-        calls = self._read_log()
+        calls = self._read_log(EVALS, LoggedCall.from_json, LoggedCall.to_json)
         committed_tags = set(state.get("committed", ())) if state is not None else set()
         committed = tuple(c for c in calls if c.tag in committed_tags)
         pending = tuple(c for c in calls if c.tag not in committed_tags)
-        atomic_write_text(self.dir / EVALS, "".join(c.to_json() + "\n" for c in calls))   # drops a torn tail
-        routes = self._read_routes()
-        atomic_write_text(self.dir / ROUTES, "".join(_route_line(k, d) for k, d in routes))
-        return Resume(state, committed, pending, routes)
+        routes = self._read_log(ROUTES, _route_from_json, lambda r: _route_line(*r))
+        return Resume(state, committed, pending, tuple(routes))
 
     def _prepare(self) -> None:
         try:
@@ -361,36 +358,22 @@ class CheckpointStore:
                 + ("\n  ..." if len(diffs) > 12 else "") + "\nRerun with the same settings to resume it; to start "
                 "fresh, use a new log_dir, or delete the old one to start over.")
 
-    def _read_log(self) -> list[LoggedCall]:
-        calls: list[LoggedCall] = []
-        path = self.dir / EVALS
+    def _read_log(self, name: str, parse: Callable[[str], Any], dump: Callable[[Any], str]) -> list[Any]:
+        """The records of an append-only log, read up to a torn tail (a crash mid-append: nothing after it was
+        flushed), which the log is rewritten without. A missing log (a log_dir of an earlier release has no
+        route log) has none."""
+        records: list[Any] = []
+        path = self.dir / name
         if not path.exists():
-            return calls
+            return records
         with open(path, encoding="utf-8") as f:
             for line in f:
                 try:
-                    calls.append(LoggedCall.from_json(line))
+                    records.append(parse(line))
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                    break  # torn tail from a crash mid-append (nothing after it was flushed)
-        return calls
-
-    def _read_routes(self) -> tuple[tuple[MemoKey, Decision], ...]:
-        path, routes = self.dir / ROUTES, []
-        if not path.exists():      # (a log_dir written before the route log existed)
-            return ()
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                    r, s, request = (str(x) for x in rec["key"])
-                    slot = rec["slot"]
-                    if not (slot is None or (isinstance(slot, int) and not isinstance(slot, bool))):
-                        raise ValueError("slot")
-                    answer = rec["answer"]
-                    routes.append(((r, s, request), (slot, None if answer is None else str(answer))))
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                    break  # torn tail from a crash mid-append
-        return tuple(routes)
+                    break
+        atomic_write_text(path, "".join(dump(r) + "\n" for r in records))
+        return records
 
     def discard_unused(self) -> bool:
         """The run stopped before it logged or committed anything (an LM that cannot be used): remove the identity
@@ -406,38 +389,36 @@ class CheckpointStore:
 
     # -- running --------------------------------------------------------------------------------------------
     def append_eval(self, tag: int, key: str, kind: str, result: RowResult) -> None:
-        line = LoggedCall(tag, key, kind, result).to_json()
-        with self._lock:
-            if self._evals is None:
-                self._evals = open(self.dir / EVALS, "a", encoding="utf-8")
-            self._evals.write(line + "\n")
-            self._evals.flush()  # a SIGKILL must not drop counted calls
+        self._append(EVALS, LoggedCall(tag, key, kind, result).to_json())
 
     def append_route(self, key: MemoKey, decision: Decision) -> None:
-        """A router decision the memo learnt (`RouteMemo`'s journal); flushed at once like a scored call."""
-        line = _route_line(key, decision)
+        """A router decision the memo learnt (`RouteMemo`'s journal)."""
+        self._append(ROUTES, _route_line(key, decision))
+
+    def _append(self, name: str, line: str) -> None:
         with self._lock:
-            if self._routes is None:
-                self._routes = open(self.dir / ROUTES, "a", encoding="utf-8")
-            self._routes.write(line)
-            self._routes.flush()
+            f = self._logs.get(name)
+            if f is None:
+                f = self._logs[name] = open(self.dir / name, "a", encoding="utf-8")
+            f.write(line + "\n")
+            f.flush()  # a SIGKILL must not drop what was paid for
 
     def commit(self, state: Mapping[str, Any]) -> None:
         """Replace state.json by `state` (which names its committed work units in `committed`)."""
         with self._lock:
-            if self._evals is not None:
-                self._evals.flush()
-                os.fsync(self._evals.fileno())
+            evals = self._logs.get(EVALS)
+            if evals is not None:
+                evals.flush()
+                os.fsync(evals.fileno())
         payload = {**state, "version": STATE_VERSION, "identity": self.identity}
         atomic_write_text(self.dir / STATE, json.dumps(payload))
 
     def close(self) -> None:
         """Close the eval log; the folder stays this run's (its record is still to be written) until `release`."""
         with self._lock:
-            for f in (self._evals, self._routes):
-                if f is not None:
-                    f.close()
-            self._evals = self._routes = None
+            for f in self._logs.values():
+                f.close()
+            self._logs.clear()
 
     def release(self) -> None:
         """The run is over (ended, failed or interrupted) and its record written: close, and give log_dir up."""
@@ -449,4 +430,13 @@ class CheckpointStore:
 
 def _route_line(key: MemoKey, decision: Decision) -> str:
     slot, answer = decision
-    return json.dumps({"key": list(key), "slot": slot, "answer": answer}) + "\n"
+    return json.dumps({"key": list(key), "slot": slot, "answer": answer})
+
+
+def _route_from_json(line: str) -> tuple[MemoKey, Decision]:
+    rec = json.loads(line)
+    r, s, request = (str(x) for x in rec["key"])
+    slot, answer = rec["slot"], rec["answer"]
+    if not (slot is None or (isinstance(slot, int) and not isinstance(slot, bool))):
+        raise ValueError(f"slot {slot!r} is not a slot number")
+    return (r, s, request), (slot, None if answer is None else str(answer))
